@@ -1,0 +1,1 @@
+"""kvgraft application layer: services, CLI and wiring shared by the CLI and the desktop app."""

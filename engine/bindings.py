@@ -1,0 +1,61 @@
+"""The one module that imports llama_cpp: backend start-up and llama.cpp log routing.
+
+llama.cpp writes its logs to stderr by default; kvgraft routes them to the `kvgraft.llama`
+logger instead (DEBUG for info lines, WARNING/ERROR as they are), so the CLI and the app decide
+what the user sees.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import threading
+
+import llama_cpp as llama  # noqa: F401  (re-exported for the engine modules)
+
+log = logging.getLogger("kvgraft.llama")
+
+# ggml_log_level (ggml.h): 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the previous line.
+# llama.cpp's info lines are chatty model-loading detail: kvgraft logs them at DEBUG.
+_LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR, 5: logging.DEBUG}
+_started = False
+_lock = threading.Lock()
+_pending = [""]
+
+
+@llama.llama_log_callback
+def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
+    try:
+        piece = text.decode("utf-8", errors="replace") if text else ""
+        _pending[0] += piece
+        if not _pending[0].endswith("\n"):
+            return
+        line, _pending[0] = _pending[0].rstrip("\n"), ""
+        if line:
+            log.log(_LEVELS.get(level, logging.DEBUG), "%s", line)
+    except Exception:  # never let an exception cross into C
+        pass
+
+
+def ensure_backend() -> None:
+    """Initialise the llama.cpp backend once per process and route its logs."""
+    global _started
+    with _lock:
+        if _started:
+            return
+        llama.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        llama.llama_backend_init()
+        _started = True
+
+
+def system_info() -> str:
+    raw = llama.llama_print_system_info()
+    return raw.decode("utf-8", errors="replace").strip() if raw else ""
+
+
+def supports_gpu_offload() -> bool:
+    return bool(llama.llama_supports_gpu_offload())
+
+
+def package_version() -> str:
+    return getattr(llama, "__version__", "unknown")

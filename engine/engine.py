@@ -1,0 +1,106 @@
+"""Engine: a loaded model plus the frozen config it runs under, its fingerprint and state layout.
+
+One Engine per (model, config). Engines that differ only in context settings (flash attention,
+KV types, n_ctx, threads, batch sizes) share the loaded model: see `with_config`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from functools import cached_property
+
+from .bindings import package_version, supports_gpu_offload, system_info
+from .config import KV_TYPES, EngineConfig
+from .errors import ConfigError, EngineError
+from .model import USE_EXTRA_BUFTS, Model
+from .session import Session
+from .state import StateLayout, parse_state
+
+log = logging.getLogger(__name__)
+
+FINGERPRINT_VERSION = 1
+
+
+class Engine:
+    def __init__(self, model: Model, config: EngineConfig) -> None:
+        if str(config.model_path.resolve()) != model.info.path:
+            raise ConfigError(f"config names model {config.model_path}, the loaded model is {model.info.path}")
+        if config.n_gpu_layers != model.info.n_gpu_layers:
+            raise ConfigError("n_gpu_layers differs from the loaded model's; load the model again")
+        if config.n_ctx > model.info.n_ctx_train:
+            raise ConfigError(f"n_ctx {config.n_ctx} exceeds the model's trained context {model.info.n_ctx_train}")
+        self.model = model
+        self.config = config
+        self.kv_type_ids = (KV_TYPES[config.type_k], KV_TYPES[config.type_v])
+        self._layout: StateLayout | None = None
+
+    @classmethod
+    def load(cls, config: EngineConfig, model_sha256: str) -> "Engine":
+        return cls(Model(config.model_path, model_sha256, config.n_gpu_layers), config)
+
+    def with_config(self, config: EngineConfig) -> "Engine":
+        """An Engine for `config`, sharing this one's loaded model when the model-level fields match."""
+        if config.model_level != self.config.model_level:
+            raise ConfigError("model path or GPU layers changed: load a new Engine")
+        return Engine(self.model, config)
+
+    def session(self) -> Session:
+        """A fresh, empty context. The calling thread owns it (see engine/session.py)."""
+        return Session(self)
+
+    # -- what decides the bits -----------------------------------------------------------------
+    @property
+    def backend(self) -> str:
+        return "GPU" if supports_gpu_offload() else "CPU"
+
+    @cached_property
+    def fingerprint_info(self) -> dict:
+        """Everything that decides the bits of a snapshot and of the logits after it."""
+        info = {
+            "fingerprint_version": FINGERPRINT_VERSION,
+            "model_sha256": self.model.info.sha256,
+            "architecture": self.model.info.architecture,
+            "llama_cpp_python": package_version(),
+            "system_info": system_info(),
+            "backend": self.backend,
+            "n_gpu_layers": self.config.n_gpu_layers,
+            "extra_buffer_types": USE_EXTRA_BUFTS,
+            "type_k": self.config.type_k,
+            "type_v": self.config.type_v,
+            "flash_attn": self.config.flash_attn,
+            "swa_full": self.config.swa_full,
+        }
+        if self.backend != "CPU":
+            # GPU kernels are not known to be batch-invariant: the batch shape is part of the bits there.
+            info["n_batch"] = self.config.n_batch
+            info["n_ubatch"] = self.config.n_ubatch
+        return info
+
+    @cached_property
+    def fingerprint(self) -> str:
+        canonical = json.dumps(self.fingerprint_info, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    # -- state layout --------------------------------------------------------------------------
+    @property
+    def layout(self) -> StateLayout:
+        """The snapshot layout this model + config produces, probed once from a 1-token state."""
+        if self._layout is None:
+            self._layout = self._probe_layout()
+        return self._layout
+
+    def _probe_layout(self) -> StateLayout:
+        probe_cfg = self.config.replace(n_ctx=64, n_batch=64, n_ubatch=64)
+        with Engine(self.model, probe_cfg).session() as s:
+            s.prefill([self.model.bos])
+            data = s.state_bytes()
+        parsed = parse_state(data)
+        if parsed.n_tokens != 1:
+            raise EngineError(f"layout probe found {parsed.n_tokens} cells for 1 token")
+        log.debug("state layout: %s, %d caches, %d B/token", parsed.arch, len(parsed.layout.caches), parsed.layout.bytes_per_token())
+        return parsed.layout
+
+    def close(self) -> None:
+        self.model.close()

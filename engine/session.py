@@ -1,0 +1,325 @@
+"""A Session owns one llama.cpp context: prefill, logits, greedy decoding, snapshot and graft.
+
+Threading rule: the thread that creates a Session owns it. Every public method checks this and
+raises ThreadOwnershipError from any other thread; llama.cpp contexts are not thread-safe, and
+kvgraft never shares one. (The app runs all llama.cpp work on one worker thread.)
+
+Prefill chunk schedule: tokens are decoded in consecutive chunks of n_batch tokens (the last
+chunk may be shorter); llama.cpp splits each chunk into n_ubatch micro-batches. Logits are
+requested for the last token of the last chunk only.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .bindings import llama
+from .errors import (
+    Cancelled,
+    DecodeError,
+    EngineError,
+    FingerprintMismatch,
+    SnapshotError,
+    ThreadOwnershipError,
+)
+from .state import parse_state, seq_payload
+
+log = logging.getLogger(__name__)
+
+# on_progress(done_tokens, total_tokens) -> return False to cancel between chunks
+ProgressFn = Callable[[int, int], "bool | None"]
+# on_token(token_id, text_piece) -> return False to stop generating
+TokenFn = Callable[[int, str], "bool | None"]
+
+
+def tokens_sha256(tokens: Sequence[int]) -> str:
+    """SHA-256 of the token ids as little-endian int32 (the contract for `tokens_sha256` fields)."""
+    return hashlib.sha256(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Whole-state bytes of a context holding `tokens` at positions 0..n-1, plus what made it."""
+
+    data: bytes
+    tokens: tuple[int, ...]
+    fingerprint: str
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+
+@dataclass(frozen=True)
+class GraftResult:
+    n_tokens: int
+    validate_ms: float
+    restore_ms: float
+
+    @property
+    def total_ms(self) -> float:
+        return self.validate_ms + self.restore_ms
+
+
+@dataclass
+class Generation:
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    stop_reason: str = ""  # "max_tokens", "eog", "stop:<s>", "callback", "context_full"
+    seconds: float = 0.0
+
+
+class Session:
+    def __init__(self, engine) -> None:
+        self._owner = threading.get_ident()
+        self.engine = engine
+        cfg = engine.config
+        model = engine.model
+        params = llama.llama_context_default_params()
+        params.n_ctx = cfg.n_ctx
+        params.n_batch = cfg.n_batch
+        params.n_ubatch = cfg.n_ubatch
+        params.n_seq_max = 1
+        params.n_threads = cfg.n_threads
+        params.n_threads_batch = cfg.n_threads
+        params.flash_attn_type = 1 if cfg.flash_attn else 0
+        params.type_k = engine.kv_type_ids[0]
+        params.type_v = engine.kv_type_ids[1]
+        params.swa_full = cfg.swa_full
+        params.no_perf = True
+        ctx = llama.llama_init_from_model(model.ptr, params)
+        if not ctx:
+            raise EngineError(f"llama.cpp could not create a context (n_ctx={cfg.n_ctx})")
+        self._ctx = ctx
+        model._session_opened()
+        self._mem = llama.llama_get_memory(ctx)
+        self._batch = llama.llama_batch_init(cfg.n_batch, 0, 1)
+        n = cfg.n_batch
+        self._b_tokens = np.ctypeslib.as_array(self._batch.token, shape=(n,))
+        self._b_pos = np.ctypeslib.as_array(self._batch.pos, shape=(n,))
+        self._b_nseq = np.ctypeslib.as_array(self._batch.n_seq_id, shape=(n,))
+        self._b_logits = np.ctypeslib.as_array(self._batch.logits, shape=(n,))
+        self._b_nseq[:] = 1
+        for i in range(n):
+            self._batch.seq_id[i][0] = 0
+        self.tokens: list[int] = []
+        self._has_logits = False
+
+    # -- plumbing ------------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self._ctx is None:
+            raise EngineError("session is closed")
+        if threading.get_ident() != self._owner:
+            raise ThreadOwnershipError("a Session may only be used by the thread that created it")
+
+    @property
+    def n_past(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def n_ctx(self) -> int:
+        return self.engine.config.n_ctx
+
+    def close(self) -> None:
+        if self._ctx is None:
+            return
+        if threading.get_ident() != self._owner:
+            raise ThreadOwnershipError("a Session may only be closed by the thread that created it")
+        llama.llama_batch_free(self._batch)
+        llama.llama_free(self._ctx)
+        self._ctx = None
+        self.engine.model._session_closed()
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def reset(self) -> None:
+        """Empty the KV cache; the context can then take a new prefill or a graft."""
+        self._check()
+        llama.llama_memory_clear(self._mem, True)
+        self.tokens = []
+        self._has_logits = False
+
+    # -- prefill and logits --------------------------------------------------------------------
+    def prefill(self, tokens: Sequence[int], on_progress: ProgressFn | None = None) -> None:
+        """Decode `tokens` after what the context holds, in chunks of n_batch (see module doc)."""
+        self._check()
+        tokens = [int(t) for t in tokens]
+        if not tokens:
+            return
+        n_vocab = self.engine.model.info.n_vocab
+        for t in tokens:
+            if not 0 <= t < n_vocab:
+                raise EngineError(f"token id {t} is outside the vocabulary (0..{n_vocab - 1})")
+        if self.n_past + len(tokens) > self.n_ctx:
+            raise DecodeError(f"context full: {self.n_past} + {len(tokens)} tokens > n_ctx {self.n_ctx}")
+        n_batch = self.engine.config.n_batch
+        total = len(tokens)
+        for start in range(0, total, n_batch):
+            chunk = tokens[start : start + n_batch]
+            last = start + len(chunk) == total
+            self._decode(chunk, want_last_logits=last)
+            if on_progress is not None and on_progress(start + len(chunk), total) is False:
+                raise Cancelled(f"prefill cancelled after {start + len(chunk)} of {total} tokens")
+
+    def _decode(self, chunk: list[int], want_last_logits: bool) -> None:
+        n = len(chunk)
+        p0 = self.n_past
+        self._b_tokens[:n] = chunk
+        self._b_pos[:n] = np.arange(p0, p0 + n, dtype=np.int32)
+        self._b_logits[:n] = 0
+        if want_last_logits:
+            self._b_logits[n - 1] = 1
+        self._batch.n_tokens = n
+        rc = llama.llama_decode(self._ctx, self._batch)
+        if rc != 0:
+            # a failed decode may leave partial cells behind: drop everything past n_past
+            llama.llama_memory_seq_rm(self._mem, 0, p0, -1)
+            raise DecodeError(f"llama_decode failed with code {rc} at position {p0} ({n} tokens)")
+        self.tokens.extend(chunk)
+        self._has_logits = want_last_logits
+
+    def logits(self) -> np.ndarray:
+        """float32 logits after the last decoded token (a copy)."""
+        self._check()
+        if not self._has_logits:
+            raise EngineError("no logits: decode at least one token after a graft or reset")
+        ptr = llama.llama_get_logits_ith(self._ctx, -1)
+        if not ptr:
+            raise EngineError("llama.cpp returned no logits")
+        return np.ctypeslib.as_array(ptr, shape=(self.engine.model.info.n_vocab,)).copy()
+
+    # -- generation ----------------------------------------------------------------------------
+    def generate(
+        self,
+        max_tokens: int,
+        stop: Sequence[str] = (),
+        on_token: TokenFn | None = None,
+    ) -> Generation:
+        """Greedy decoding (argmax, lowest id on ties) from the current logits.
+
+        Stops at `max_tokens`, an end-of-generation token, the first occurrence of any string in
+        `stop` (the text returned is cut before it), a callback returning False, or a full context.
+        """
+        self._check()
+        model = self.engine.model
+        gen = Generation()
+        t0 = time.perf_counter()
+        raw = b""
+        while True:
+            if len(gen.tokens) >= max_tokens:
+                gen.stop_reason = "max_tokens"
+                break
+            tok = int(np.argmax(self.logits()))
+            if model.is_eog(tok):
+                gen.stop_reason = "eog"
+                break
+            gen.tokens.append(tok)
+            raw += model.token_bytes(tok)
+            text = raw.decode("utf-8", errors="replace")
+            hit = next((s for s in stop if s and s in text), None)
+            if hit is not None:
+                gen.text = text[: text.index(hit)]
+                gen.stop_reason = f"stop:{hit}"
+                gen.seconds = time.perf_counter() - t0
+                return gen
+            if on_token is not None and on_token(tok, model.token_bytes(tok).decode("utf-8", errors="replace")) is False:
+                gen.stop_reason = "callback"
+                break
+            if self.n_past >= self.n_ctx:
+                gen.stop_reason = "context_full"
+                break
+            self._decode([tok], want_last_logits=True)
+        gen.text = raw.decode("utf-8", errors="replace")
+        gen.seconds = time.perf_counter() - t0
+        return gen
+
+    # -- snapshot and graft --------------------------------------------------------------------
+    def state_bytes(self) -> bytes:
+        """The whole-state bytes (`llama_state_get_data`) of what this context holds, unchecked."""
+        self._check()
+        if not self.tokens:
+            raise EngineError("nothing to snapshot: the context is empty")
+        size = llama.llama_state_get_size(self._ctx)
+        buf = bytearray(size)
+        written = llama.llama_state_get_data(self._ctx, (ctypes.c_uint8 * size).from_buffer(buf), size)
+        if written != size:
+            raise EngineError(f"llama_state_get_data wrote {written} bytes, expected {size}")
+        return bytes(buf)
+
+    def snapshot(self) -> Snapshot:
+        """A checked Snapshot of what this context holds (whole-state bytes + tokens + fingerprint)."""
+        data = self.state_bytes()
+        parsed = parse_state(data, self.engine.layout, max_cells=self.n_ctx)
+        if parsed.n_tokens != len(self.tokens):
+            raise EngineError(f"snapshot holds {parsed.n_tokens} cells for {len(self.tokens)} tokens")
+        return Snapshot(data, tuple(self.tokens), self.engine.fingerprint)
+
+    def graft(self, snapshot: Snapshot) -> GraftResult:
+        """Restore `snapshot` into this (empty) context at its own positions, byte-exactly.
+
+        The whole-state payload goes through the per-sequence restore path, which places the
+        cells with the normal slot search and leaves the cache head after them, exactly as a
+        fresh prefill does. The plain whole-state restore resets the head to 0 and is not exact
+        past the sliding window (docs/exact-graft.md, tests/test_exactness.py).
+        """
+        self._check()
+        if snapshot.fingerprint != self.engine.fingerprint:
+            raise FingerprintMismatch(
+                f"snapshot was made under engine fingerprint {snapshot.fingerprint[:16]}..., this engine is "
+                f"{self.engine.fingerprint[:16]}...; rebuild it from its text on this engine"
+            )
+        return self.graft_bytes(snapshot.data, snapshot.tokens)
+
+    def graft_bytes(self, data, tokens: Sequence[int]) -> GraftResult:
+        """Graft raw whole-state bytes whose fingerprint the caller has already checked."""
+        self._check()
+        if self.tokens:
+            raise EngineError("graft needs an empty context: call reset() first")
+        t0 = time.perf_counter()
+        parsed = parse_state(data, self.engine.layout, max_cells=self.n_ctx)
+        if parsed.n_tokens != len(tokens):
+            raise SnapshotError(f"snapshot holds {parsed.n_tokens} cells but {len(tokens)} token ids were given")
+        n_vocab = self.engine.model.info.n_vocab
+        if any(not 0 <= int(t) < n_vocab for t in tokens):
+            raise SnapshotError("snapshot token ids fall outside the model's vocabulary")
+        payload = seq_payload(data, parsed)
+        t1 = time.perf_counter()
+        read = llama.llama_state_seq_set_data(self._ctx, (ctypes.c_uint8 * len(payload)).from_buffer(payload), len(payload), 0)
+        t2 = time.perf_counter()
+        if read != len(payload):
+            llama.llama_memory_clear(self._mem, True)
+            raise SnapshotError(f"llama.cpp refused the snapshot (read {read} of {len(payload)} bytes)")
+        self.tokens = [int(t) for t in tokens]
+        self._has_logits = False
+        return GraftResult(parsed.n_tokens, (t1 - t0) * 1e3, (t2 - t1) * 1e3)
+
+    def restore_whole_state_inexact(self, snapshot: Snapshot) -> None:
+        """llama.cpp's plain whole-state restore (`llama_state_set_data`). NOT exact past n_swa.
+
+        Kept only so tests/test_exactness.py can show that it is inexact; never use it to graft.
+        """
+        self._check()
+        parse_state(snapshot.data, self.engine.layout, max_cells=self.n_ctx)
+        buf = bytearray(snapshot.data)
+        read = llama.llama_state_set_data(self._ctx, (ctypes.c_uint8 * len(buf)).from_buffer(buf), len(buf))
+        if read != len(buf):
+            llama.llama_memory_clear(self._mem, True)
+            raise SnapshotError(f"llama_state_set_data read {read} of {len(buf)} bytes")
+        self.tokens = list(snapshot.tokens)
+        self._has_logits = False

@@ -1,0 +1,1 @@
+"""kvgraft desktop UI: PySide6 widgets only; reaches the engine and library through app/."""
