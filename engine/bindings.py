@@ -18,6 +18,11 @@ log = logging.getLogger("kvgraft.llama")
 # ggml_log_level (ggml.h): 0 none, 1 debug, 2 info, 3 warn, 4 error, 5 continuation of the previous line.
 # llama.cpp's info lines are chatty model-loading detail: kvgraft logs them at DEBUG.
 _LEVELS = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.DEBUG, 3: logging.WARNING, 4: logging.ERROR, 5: logging.DEBUG}
+# Lines llama.cpp logs as warnings that are expected with kvgraft's settings: logged at DEBUG.
+_EXPECTED_WARNINGS = (
+    "using full-size SWA cache",  # swa_full=True is deliberate (exact own-position grafts)
+    "control-looking token",  # a known quirk of the Gemma 3 vocabulary, harmless
+)
 _started = False
 _lock = threading.Lock()
 _pending = [""]
@@ -32,7 +37,10 @@ def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
             return
         line, _pending[0] = _pending[0].rstrip("\n"), ""
         if line:
-            log.log(_LEVELS.get(level, logging.DEBUG), "%s", line)
+            lvl = _LEVELS.get(level, logging.DEBUG)
+            if lvl == logging.WARNING and any(w in line for w in _EXPECTED_WARNINGS):
+                lvl = logging.DEBUG
+            log.log(lvl, "%s", line)
     except Exception:  # never let an exception cross into C
         pass
 

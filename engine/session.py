@@ -47,19 +47,24 @@ def tokens_sha256(tokens: Sequence[int]) -> str:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Whole-state bytes of a context holding `tokens` at positions 0..n-1, plus what made it."""
+    """Whole-state bytes of a context holding `tokens` at positions 0..n-1, plus what made it.
+
+    `sha256` is the content address of `data`, taken when the snapshot was made (or read from
+    the library's index); a graft checks the bytes against it unless the caller already did.
+    """
 
     data: bytes
     tokens: tuple[int, ...]
     fingerprint: str
+    sha256: str
+
+    @classmethod
+    def of(cls, data, tokens, fingerprint: str) -> "Snapshot":
+        return cls(data, tuple(int(t) for t in tokens), fingerprint, hashlib.sha256(data).hexdigest())
 
     @property
     def n_tokens(self) -> int:
         return len(self.tokens)
-
-    @property
-    def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -210,10 +215,12 @@ class Session:
         max_tokens: int,
         stop: Sequence[str] = (),
         on_token: TokenFn | None = None,
+        stop_at_eog: bool = True,
     ) -> Generation:
         """Greedy decoding (argmax, lowest id on ties) from the current logits.
 
-        Stops at `max_tokens`, an end-of-generation token, the first occurrence of any string in
+        Stops at `max_tokens`, an end-of-generation token (unless `stop_at_eog` is False: the
+        exactness experiment decodes a fixed number of tokens), the first occurrence of any string in
         `stop` (the text returned is cut before it), a callback returning False, or a full context.
         """
         self._check()
@@ -226,7 +233,7 @@ class Session:
                 gen.stop_reason = "max_tokens"
                 break
             tok = int(np.argmax(self.logits()))
-            if model.is_eog(tok):
+            if stop_at_eog and model.is_eog(tok):
                 gen.stop_reason = "eog"
                 break
             gen.tokens.append(tok)
@@ -268,10 +275,13 @@ class Session:
         parsed = parse_state(data, self.engine.layout, max_cells=self.n_ctx)
         if parsed.n_tokens != len(self.tokens):
             raise EngineError(f"snapshot holds {parsed.n_tokens} cells for {len(self.tokens)} tokens")
-        return Snapshot(data, tuple(self.tokens), self.engine.fingerprint)
+        return Snapshot.of(data, self.tokens, self.engine.fingerprint)
 
-    def graft(self, snapshot: Snapshot) -> GraftResult:
+    def graft(self, snapshot: Snapshot, bytes_verified: bool = False) -> GraftResult:
         """Restore `snapshot` into this (empty) context at its own positions, byte-exactly.
+
+        The bytes are checked against `snapshot.sha256` first, unless the caller passes
+        `bytes_verified=True` because it has just checked them itself (the library's read path).
 
         The whole-state payload goes through the per-sequence restore path, which places the
         cells with the normal slot search and leaves the cache head after them, exactly as a
@@ -284,6 +294,8 @@ class Session:
                 f"snapshot was made under engine fingerprint {snapshot.fingerprint[:16]}..., this engine is "
                 f"{self.engine.fingerprint[:16]}...; rebuild it from its text on this engine"
             )
+        if not bytes_verified and hashlib.sha256(snapshot.data).hexdigest() != snapshot.sha256:
+            raise SnapshotError(f"snapshot bytes do not match their SHA-256 {snapshot.sha256[:16]}...: damaged or tampered")
         return self.graft_bytes(snapshot.data, snapshot.tokens)
 
     def graft_bytes(self, data, tokens: Sequence[int]) -> GraftResult:

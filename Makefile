@@ -1,0 +1,43 @@
+# kvgraft: `make demo` and `make test` on a fresh machine. Both idempotent: the second run
+# reuses .venv (the llama-cpp-python source build, ~6.5 min on 2 cores, happens once).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+CUDA   ?= 0
+STAMP  := $(VENV)/.installed-cuda$(CUDA)
+
+.PHONY: setup demo test test-slow golden clean help
+
+help:
+	@echo "make demo       set up .venv and run the main job on the embedded model"
+	@echo "make test       set up .venv and run the test suite (CI runs this)"
+	@echo "make test-slow  also run the slow cases (8K-token prefixes, large runs)"
+	@echo "make demo CUDA=1  build llama-cpp-python with CMAKE_ARGS=-DGGML_CUDA=on"
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+ifeq ($(CUDA),1)
+	CMAKE_ARGS="-DGGML_CUDA=on" $(PY) -m pip install --no-cache-dir --force-reinstall --no-deps --no-binary llama-cpp-python "llama-cpp-python==0.3.36"
+endif
+	$(PY) -m pip install -e '.[dev]'
+	$(PY) -c "from app.model_store import embedded_model_path; print('model:', embedded_model_path(print))"
+	rm -f $(VENV)/.installed-cuda*
+	touch $@
+
+setup: $(STAMP)
+
+demo: setup
+	$(VENV)/bin/kvgraft demo
+
+test: setup
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
+
+test-slow: setup
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -m slow
+
+golden: setup
+	$(PY) scripts/make_golden.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,27 @@
+"""The `kvgraft` command line: one click group, commands split into modules by concern."""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__
+from .common import setup_logging
+from .demo_cmd import demo
+from .engine_cmds import doctor, selftest
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kvgraft")
+@click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for llama.cpp's own log).")
+def cli(verbose: int) -> None:
+    """kvgraft: reuse a language model's KV cache as verified knowledge, byte-exactly."""
+    setup_logging(verbose)
+
+
+cli.add_command(doctor)
+cli.add_command(selftest)
+cli.add_command(demo)
+
+
+def main() -> None:
+    cli(prog_name="kvgraft")

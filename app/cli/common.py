@@ -1,0 +1,87 @@
+"""Shared CLI plumbing: the context object, JSON output, progress on stderr and exit codes.
+
+Exit codes (documented in docs/cli.md):
+  0  success
+  1  a check ran and failed (selftest not byte-equal, verify found a problem)
+  2  usage error (bad option or argument)
+  3  bad input or environment (missing/invalid model, malformed snapshot, engine error)
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from engine.config import physical_cores
+from engine.errors import EngineError
+
+from ..model_store import ModelStoreError
+from ..runtime import Settings, open_engine
+
+EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
+
+
+@dataclass
+class CliState:
+    settings: Settings
+    _engine: object = field(default=None, repr=False)
+
+    def engine(self):
+        if self._engine is None:
+            self._engine = open_engine(self.settings, on_progress=lambda msg: click.echo(msg, err=True))
+        return self._engine
+
+
+def engine_options(f):
+    """Options every command that runs the model accepts."""
+    opts = [
+        click.option("--model", "model", type=click.Path(dir_okay=False, path_type=Path), default=None,
+                     help="GGUF model file (default: the embedded Gemma 3 270M)."),
+        click.option("--n-ctx", type=click.IntRange(16), default=8192, show_default=True,
+                     help="Context size in tokens (up to the model's trained context)."),
+        click.option("--threads", type=click.IntRange(1), default=None,
+                     help="CPU threads (default: physical cores)."),
+        click.option("--gpu-layers", type=click.IntRange(0), default=0, show_default=True,
+                     help="Layers to offload to the GPU (CUDA builds only)."),
+        click.option("--flash-attn/--no-flash-attn", default=False, show_default=True,
+                     help="Flash attention (explicit: it changes the bits)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+
+    @functools.wraps(f)
+    def wrapper(*args, model, n_ctx, threads, gpu_layers, flash_attn, **kwargs):
+        settings = Settings(model=model, n_ctx=n_ctx, n_threads=threads or physical_cores(),
+                            n_gpu_layers=gpu_layers, flash_attn=flash_attn)
+        return f(*args, state=CliState(settings), **kwargs)
+
+    return wrapper
+
+
+def handle_errors(f):
+    """Turn the errors a user can cause into a one-line message and exit code 3."""
+
+    @functools.wraps(f)
+    def wrapper(*args, **kwargs):
+        try:
+            return f(*args, **kwargs)
+        except (EngineError, ModelStoreError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_INPUT)
+
+    return wrapper
+
+
+def emit_json(obj) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
+
+
+def setup_logging(verbose: int) -> None:
+    level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")

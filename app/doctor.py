@@ -1,0 +1,54 @@
+"""`kvgraft doctor`: what is installed, where things live, and the engine fingerprint."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from engine.bindings import supports_gpu_offload
+from engine.engine import Engine
+
+from . import __version__
+from .paths import data_dir, model_dir
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def doctor_report(engine: Engine) -> dict:
+    info = engine.model.info
+    cfg = engine.config
+    return {
+        "kvgraft": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "packages": {d: _version(d) for d in ("llama-cpp-python", "numpy", "gguf", "sqlite-utils", "PySide6-Essentials", "platformdirs", "click")},
+        "backend": engine.backend,
+        "gpu_offload_supported": supports_gpu_offload(),
+        "model": {
+            "path": info.path,
+            "sha256": info.sha256,
+            "name": info.name,
+            "architecture": info.architecture,
+            "size_bytes": info.size_bytes,
+            "n_layer": info.n_layer,
+            "n_ctx_train": info.n_ctx_train,
+            "n_swa": info.n_swa,
+            "n_vocab": info.n_vocab,
+        },
+        "config": {
+            "n_ctx": cfg.n_ctx, "n_batch": cfg.n_batch, "n_ubatch": cfg.n_ubatch, "n_threads": cfg.n_threads,
+            "n_gpu_layers": cfg.n_gpu_layers, "flash_attn": cfg.flash_attn, "type_k": cfg.type_k,
+            "type_v": cfg.type_v, "swa_full": cfg.swa_full,
+        },
+        "kv_bytes_per_token": engine.layout.bytes_per_token(),
+        "data_dir": str(data_dir()),
+        "model_dir": str(model_dir()),
+        "fingerprint": engine.fingerprint,
+        "fingerprint_info": engine.fingerprint_info,
+    }

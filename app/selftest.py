@@ -1,0 +1,61 @@
+"""`kvgraft selftest`: the paper's exactness experiment on the loaded model."""
+
+from __future__ import annotations
+
+import random
+from typing import Callable
+
+from engine.engine import Engine
+from engine.exactness import graft_vs_fresh
+
+from .textgen import prefix_tokens
+
+PROBE_TEXT = " Question: which word in the text above came up most often, and why? Answer:"
+MAX_PREFIX = 3000
+SWA_EDGE = 512
+
+
+def sample_lengths(n: int, seed: int, max_len: int = MAX_PREFIX) -> list[int]:
+    """n prefix lengths spread over 1..max_len: one drawn from each of n equal strata, so at
+    least four fifths of them lie past the 512-token sliding window when max_len is 3000."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        lo = 1 + (max_len - 1) * i // n
+        hi = max(lo, (max_len - 1) * (i + 1) // n)
+        out.append(rng.randint(lo, hi))
+    return out
+
+
+def run_selftest(
+    engine: Engine,
+    samples: int,
+    seed: int = 0,
+    n_gen: int = 16,
+    on_sample: Callable[[int, int, dict], None] | None = None,
+) -> dict:
+    if samples < 1:
+        raise ValueError("samples must be at least 1")
+    max_len = min(MAX_PREFIX, engine.config.n_ctx - 64 - n_gen)
+    lengths = sample_lengths(samples, seed, max_len)
+    probe = engine.model.tokenize(PROBE_TEXT, add_bos=False)
+    details = []
+    for i, n in enumerate(lengths):
+        rec = graft_vs_fresh(engine, prefix_tokens(engine.model, n, seed=seed * 100_003 + i), probe, n_gen)
+        d = rec.as_dict()
+        details.append(d)
+        if on_sample:
+            on_sample(i + 1, samples, d)
+    return {
+        "samples": samples,
+        "seed": seed,
+        "past_sliding_window": sum(1 for n in lengths if n > SWA_EDGE),
+        "sha256_equal": sum(d["sha256_equal"] for d in details),
+        "argmax_agree": sum(d["argmax_agree"] for d in details),
+        "tokens_equal": sum(d["tokens_equal"] for d in details),
+        "kl_max": max(d["kl"] for d in details),
+        "max_abs_diff": max(d["max_abs_diff"] for d in details),
+        "fingerprint": engine.fingerprint,
+        "fingerprint_info": engine.fingerprint_info,
+        "details": details,
+    }
