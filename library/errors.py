@@ -1,0 +1,21 @@
+"""Typed errors raised by the library."""
+
+
+class LibraryError(Exception):
+    """Base class for library errors a user can cause or meet."""
+
+
+class BlobMissing(LibraryError):
+    """A blob the index references is not on disk."""
+
+
+class BlobCorrupt(LibraryError):
+    """A blob's bytes do not match its SHA-256 (damaged or tampered)."""
+
+
+class EntryNotFound(LibraryError):
+    """No entry with that id."""
+
+
+class StorageFull(LibraryError):
+    """The disk filled up while writing; nothing was committed."""

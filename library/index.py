@@ -1,0 +1,320 @@
+"""The library: a SQLite index (`<data dir>/index.db`) over a content-addressed blob store.
+
+Concurrency: the GUI and the CLI may open the same library at once. The index runs in WAL mode
+with a 60 s busy timeout, and every write is one `BEGIN IMMEDIATE` transaction, so writers queue
+instead of failing with "database is locked".
+
+Deposit protocol (what makes kills and concurrent gc safe; see library/maintenance.py):
+  1. record the blob as pending (committed, names this pid),
+  2. write the blob (temp file, fsync, rename, fsync dir),
+  3. one transaction: blob row, entry row, prefix keys, FTS (by trigger), pending row removed.
+A kill before 3 commits leaves only a reclaimable temp file or orphan blob, never a half entry.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import socket
+import sqlite3
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from sqlite_utils import Database
+
+from .blobstore import BlobStore, check_sha
+from .errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
+from .normalize import question_key
+from .records import KINDS, Entry, ModelRecord
+from .schema import insert_prefix_keys, migrations
+from .tokens import PREFIX_BLOCK, pack_tokens, prefix_keys, tokens_sha256
+
+BUSY_TIMEOUT_S = 60.0
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+
+
+def _fts_query(text: str, any_term: bool) -> str | None:
+    terms = [t for t in "".join(c if c.isalnum() else " " for c in text).split() if t]
+    if not terms:
+        return None
+    return (" OR " if any_term else " ").join('"' + t.replace('"', '""') + '"' for t in terms)
+
+
+class Library:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.blobs = BlobStore(self.root / "blobs")
+        conn = sqlite3.connect(str(self.root / "index.db"), timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        self.db = Database(conn)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        with self.write():
+            migrations.apply(self.db)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> "Library":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def write(self) -> Iterator[Database]:
+        """One write transaction, taken with BEGIN IMMEDIATE (waits for other writers)."""
+        if self.db.conn.in_transaction:
+            with self.db.atomic():
+                yield self.db
+            return
+        self.db.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.conn.execute("ROLLBACK")
+            raise
+        else:
+            self.db.conn.execute("COMMIT")
+
+    # -- writing -------------------------------------------------------------------------------
+    def add_model(self, model: ModelRecord) -> None:
+        with self.write():
+            self.db["models"].insert(
+                {"sha256": model.sha256, "name": model.name, "architecture": model.architecture,
+                 "size_bytes": model.size_bytes, "added_at": now()},
+                ignore=True,
+            )
+
+    def find_same(self, tokens_sha: str, fingerprint: str, kind: str, question: str | None, answer: str | None) -> Entry | None:
+        qk = question_key(question) if question else None
+        for row in self.db.query(
+            "SELECT * FROM entries WHERE tokens_sha256 = ? AND fingerprint = ? AND kind = ? "
+            "AND question_key IS ? AND answer IS ? ORDER BY id LIMIT 1",
+            [tokens_sha, fingerprint, kind, qk, answer],
+        ):
+            return Entry.from_row(row)
+        return None
+
+    def add_entry(
+        self,
+        *,
+        kind: str,
+        text: str,
+        tokens: Sequence[int],
+        blob,
+        fingerprint: str,
+        model: ModelRecord | None = None,
+        title: str | None = None,
+        question: str | None = None,
+        answer: str | None = None,
+        blob_sha256: str | None = None,
+        source: str = "local",
+        pack_id: int | None = None,
+    ) -> tuple[Entry, bool]:
+        """Store a blob and its entry; return (entry, created). The same deposit twice is one entry."""
+        if kind not in KINDS:
+            raise LibraryError(f"kind must be one of {KINDS}, got {kind!r}")
+        if not tokens:
+            raise LibraryError("an entry needs at least one token")
+        tsha = tokens_sha256(tokens)
+        same = self.find_same(tsha, fingerprint, kind, question, answer)
+        if same is not None and same.damaged is None:
+            return same, False
+        view = memoryview(blob).cast("B")
+        sha = hashlib.sha256(view).hexdigest()
+        if blob_sha256 is not None and blob_sha256 != sha:
+            raise BlobCorrupt(f"blob bytes hash to {sha}, not the declared {blob_sha256}")
+        pending_id = self._mark_pending(sha)  # before the file exists: gc must not take it
+        try:
+            self.blobs.put(view, sha, trusted=True)
+            entry_id = self._commit_entry(same, pending_id, sha, len(view), kind, text, tokens, tsha, fingerprint,
+                                          model, title, question, answer, source, pack_id)
+        except BaseException:
+            self._clear_pending(pending_id)
+            raise
+        return self.get(entry_id), same is None
+
+    def _clear_pending(self, pending_id: int) -> None:
+        try:
+            with self.write():
+                self.db.execute("DELETE FROM pending_blobs WHERE id = ?", [pending_id])
+        except sqlite3.Error:
+            pass  # left for gc: a pending row whose process is gone is reclaimable
+
+    def _commit_entry(self, same, pending_id, sha, size, kind, text, tokens, tsha, fingerprint, model, title,
+                      question, answer, source, pack_id) -> int:
+        with self.write():
+            if model is not None:
+                self.db["models"].insert(
+                    {"sha256": model.sha256, "name": model.name, "architecture": model.architecture,
+                     "size_bytes": model.size_bytes, "added_at": now()},
+                    ignore=True,
+                )
+            self.db["blobs"].insert({"sha256": sha, "size": size, "created_at": now()}, ignore=True)
+            if same is not None:  # a damaged twin: the blob is back, clear the mark
+                self.db.execute("UPDATE entries SET damaged = NULL WHERE id = ?", [same.id])
+                entry_id = same.id
+            else:
+                entry_id = self.db["entries"].insert(
+                    {
+                        "kind": kind, "title": title, "question": question,
+                        "question_key": question_key(question) if question else None,
+                        "text": text, "tokens": pack_tokens(tokens), "n_tokens": len(tokens), "tokens_sha256": tsha,
+                        "answer": answer, "blob_sha256": sha, "blob_size": size, "fingerprint": fingerprint,
+                        "model_sha256": model.sha256 if model else None, "source": source, "pack_id": pack_id,
+                        "created_at": now(), "verified_at": now() if answer is not None else None, "damaged": None,
+                    }
+                ).last_pk
+                insert_prefix_keys(self.db, entry_id, pack_tokens(tokens), len(tokens))
+            self.db.execute("DELETE FROM pending_blobs WHERE id = ?", [pending_id])
+        return entry_id
+
+    def _mark_pending(self, sha: str) -> int:
+        check_sha(sha)
+        with self.write():
+            return self.db["pending_blobs"].insert(
+                {"sha256": sha, "pid": os.getpid(), "host": socket.gethostname(), "created_at": now()}
+            ).last_pk
+
+    def remove(self, entry_id: int) -> Entry:
+        entry = self.get(entry_id)
+        with self.write():
+            self.db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [entry_id])
+            self.db.execute("DELETE FROM entries WHERE id = ?", [entry_id])
+        return entry  # the blob stays until `gc` finds it unreferenced
+
+    def mark_damaged(self, blob_sha256: str, reason: str) -> None:
+        with self.write():
+            self.db.execute("UPDATE entries SET damaged = ? WHERE blob_sha256 = ?", [reason, blob_sha256])
+
+    def mark_verified(self, entry_id: int) -> None:
+        with self.write():
+            self.db.execute("UPDATE entries SET verified_at = ? WHERE id = ?", [now(), entry_id])
+
+    # -- reading -------------------------------------------------------------------------------
+    def get(self, entry_id: int) -> Entry:
+        for row in self.db.query("SELECT * FROM entries WHERE id = ?", [entry_id]):
+            return Entry.from_row(row)
+        raise EntryNotFound(f"no entry #{entry_id}")
+
+    def entries(self, limit: int | None = None, offset: int = 0, kind: str | None = None) -> list[Entry]:
+        sql = "SELECT * FROM entries" + (" WHERE kind = ?" if kind else "") + " ORDER BY id"
+        args: list = [kind] if kind else []
+        if limit is not None:
+            sql += " LIMIT ? OFFSET ?"
+            args += [limit, offset]
+        return [Entry.from_row(r) for r in self.db.query(sql, args)]
+
+    def count(self) -> int:
+        return self.db.execute("SELECT count(*) FROM entries").fetchone()[0]
+
+    def search(self, text: str, limit: int = 20, any_term: bool = False, fingerprint: str | None = None) -> list[Entry]:
+        """Full-text search (FTS5, porter stemming) over titles, questions and texts, best first."""
+        q = _fts_query(text, any_term)
+        if q is None:
+            return []
+        sql = (
+            "SELECT e.* FROM entries_fts f JOIN entries e ON e.id = f.rowid WHERE entries_fts MATCH ?"
+            + (" AND e.fingerprint = ? AND e.damaged IS NULL" if fingerprint else "")
+            + " ORDER BY f.rank LIMIT ?"
+        )
+        args = [q] + ([fingerprint] if fingerprint else []) + [limit]
+        return [Entry.from_row(r) for r in self.db.query(sql, args)]
+
+    def find_question(self, question: str, fingerprint: str | None = None) -> Entry | None:
+        """The entry stored for this question (normalized), preferring graftable, verified, newest."""
+        key = question_key(question)
+        if not key:
+            return None
+        rows = list(self.db.query("SELECT * FROM entries WHERE question_key = ? ORDER BY id DESC", [key]))
+        entries = [Entry.from_row(r) for r in rows]
+        if fingerprint is not None:
+            entries.sort(key=lambda e: (not e.graftable(fingerprint), e.answer is None))
+        return entries[0] if entries else None
+
+    def longest_prefix(self, tokens: Sequence[int], fingerprint: str) -> Entry | None:
+        """The graftable entry whose tokens are the longest prefix of `tokens` (None if none is).
+
+        Entries are indexed by keys of their token prefixes at every PREFIX_BLOCK boundary and at
+        their full length. Step 1 finds the longest block boundary any entry shares with the
+        prompt; step 2 looks for full-length keys block by block from there down, and confirms a
+        hit against the stored tokens. Cost: one indexed query per block tried, independent of
+        the number of entries.
+        """
+        n = len(tokens)
+        if n == 0:
+            return None
+        blocks = list(range(PREFIX_BLOCK, n + 1, PREFIX_BLOCK))
+        top = 0
+        if blocks:
+            bkeys = prefix_keys(tokens, blocks)
+            by_key = {k: length for length, k in bkeys.items()}
+            marks = ",".join("?" * len(by_key))
+            row = self.db.execute(
+                f"SELECT max(p.length) FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
+                f"WHERE p.key IN ({marks}) AND e.fingerprint = ? AND e.damaged IS NULL",
+                list(by_key) + [fingerprint],
+            ).fetchone()
+            top = row[0] or 0
+        start = top
+        while start >= 0:
+            lengths = list(range(max(1, start), min(start + PREFIX_BLOCK, n + 1)))
+            keys = prefix_keys(tokens, lengths)
+            by_key = {k: length for length, k in keys.items()}
+            marks = ",".join("?" * len(by_key))
+            rows = self.db.execute(
+                f"SELECT p.entry_id, p.length FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
+                f"WHERE p.full = 1 AND p.key IN ({marks}) AND e.fingerprint = ? AND e.damaged IS NULL "
+                f"ORDER BY p.length DESC, p.entry_id DESC",
+                list(by_key) + [fingerprint],
+            ).fetchall()
+            want = list(tokens)
+            for entry_id, length in rows:
+                entry = self.get(entry_id)
+                if entry.tokens == want[:length]:
+                    return entry
+            start -= PREFIX_BLOCK
+        return None
+
+    def read_blob(self, entry: Entry) -> bytearray:
+        """The entry's blob bytes, checked. A missing or corrupt blob marks its entries damaged."""
+        try:
+            return self.blobs.read_verified(entry.blob_sha256, entry.blob_size)
+        except BlobMissing:
+            self.mark_damaged(entry.blob_sha256, "blob missing")
+            raise
+        except BlobCorrupt:
+            self.mark_damaged(entry.blob_sha256, "blob hash mismatch")
+            raise
+
+    def stats(self, n_ctx: int | None = None, fingerprint: str | None = None) -> dict:
+        q = self.db.execute
+        entries = q("SELECT count(*) FROM entries").fetchone()[0]
+        tokens = q("SELECT coalesce(sum(n_tokens), 0) FROM entries").fetchone()[0]
+        blobs, nbytes = q("SELECT count(*), coalesce(sum(size), 0) FROM blobs").fetchone()
+        out = {
+            "entries": entries,
+            "blobs": blobs,
+            "bytes": nbytes,
+            "tokens": tokens,
+            "bytes_per_token": (nbytes / tokens) if tokens else None,
+            "damaged": q("SELECT count(*) FROM entries WHERE damaged IS NOT NULL").fetchone()[0],
+            "by_kind": {k: c for k, c in q("SELECT kind, count(*) FROM entries GROUP BY kind")},
+            "data_dir": str(self.root),
+        }
+        if fingerprint is not None:
+            out["graftable"] = q(
+                "SELECT count(*) FROM entries WHERE fingerprint = ? AND damaged IS NULL", [fingerprint]
+            ).fetchone()[0]
+            out["needs_rebuild"] = entries - out["graftable"]
+        if n_ctx:
+            out["n_ctx"] = n_ctx
+            out["context_multiple"] = tokens / n_ctx
+        return out

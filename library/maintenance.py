@@ -1,0 +1,177 @@
+"""gc and fsck for a library.
+
+gc never removes a blob that another process is writing: a deposit records the blob in
+`pending_blobs` (committed, with its pid) before the file exists and clears it in the same
+transaction that commits the entry. gc runs inside one write transaction, so no deposit can
+commit or start meanwhile; it keeps every blob named by an entry or by a live pending row (its
+process is alive and the row is younger than the grace period). Temp files are treated the same
+way by the pid in their name.
+
+fsck separates damage (`problems`: a missing or corrupt blob, an index row that points nowhere,
+an entry marked damaged) from leftovers of interrupted writes (`reclaimable`: orphan blobs,
+unreferenced blob rows, temp files, stale pending rows), which are not problems.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import sqlite3
+import time
+
+from .index import Library
+
+GRACE_S = 3600.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _age_s(iso: str) -> float:
+    then = datetime.datetime.fromisoformat(iso)
+    return (datetime.datetime.now(datetime.timezone.utc) - then).total_seconds()
+
+
+def _live(pid: int, host: str | None, age_s: float, grace_s: float) -> bool:
+    if age_s >= grace_s:
+        return False
+    if host is not None and host != socket.gethostname():
+        return True  # cannot see that process: trust the grace period
+    return _pid_alive(pid)
+
+
+def _pending(lib: Library, grace_s: float) -> tuple[set[str], list[int]]:
+    live, stale = set(), []
+    for row in lib.db.query("SELECT id, sha256, pid, host, created_at FROM pending_blobs"):
+        if _live(row["pid"], row["host"], _age_s(row["created_at"]), grace_s):
+            live.add(row["sha256"])
+        else:
+            stale.append(row["id"])
+    return live, stale
+
+
+def _temp_files(lib: Library, grace_s: float, live_pending: set[str]):
+    for t in lib.blobs.iter_temp():
+        age = time.time() - t.mtime
+        if t.sha256 in live_pending or _live(t.pid, None, age, grace_s):
+            continue
+        yield t
+
+
+def gc(lib: Library, grace_s: float = GRACE_S) -> dict:
+    """Remove blobs no entry references, stale pending rows and dead temp files."""
+    removed_blobs, removed_bytes, removed_temp = [], 0, 0
+    with lib.write():
+        live, stale = _pending(lib, grace_s)
+        if stale:
+            lib.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(stale))})", stale)
+        referenced = {r[0] for r in lib.db.execute("SELECT DISTINCT blob_sha256 FROM entries")}
+        keep = referenced | live
+        live_list = sorted(live)
+        extra = f" AND sha256 NOT IN ({','.join('?' * len(live_list))})" if live_list else ""
+        lib.db.execute("DELETE FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)" + extra, live_list)
+        for sha in list(lib.blobs.iter_blobs()):
+            if sha not in keep:
+                removed_bytes += lib.blobs.size(sha) or 0
+                if lib.blobs.delete(sha):
+                    removed_blobs.append(sha)
+        for t in _temp_files(lib, grace_s, live):
+            t.path.unlink(missing_ok=True)
+            removed_temp += 1
+    return {"removed_blobs": len(removed_blobs), "removed_bytes": removed_bytes, "removed_temp_files": removed_temp,
+            "removed_pending": len(stale), "kept_pending": len(live)}
+
+
+def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s: float = GRACE_S) -> dict:
+    problems: list[dict] = []
+    reclaimable: list[dict] = []
+    repaired: list[str] = []
+    q = lib.db.execute
+
+    for (msg,) in q("PRAGMA integrity_check"):
+        if msg != "ok":
+            problems.append({"kind": "sqlite", "detail": msg})
+    try:
+        q("INSERT INTO entries_fts(entries_fts) VALUES('integrity-check')")
+    except sqlite3.DatabaseError as exc:
+        if repair:
+            with lib.write():
+                q("INSERT INTO entries_fts(entries_fts) VALUES('rebuild')")
+            repaired.append("rebuilt the full-text index")
+        else:
+            problems.append({"kind": "fts", "detail": f"full-text index inconsistent: {exc}"})
+
+    dangling_keys = q("SELECT count(*) FROM prefix_keys WHERE entry_id NOT IN (SELECT id FROM entries)").fetchone()[0]
+    if dangling_keys:
+        if repair:
+            with lib.write():
+                q("DELETE FROM prefix_keys WHERE entry_id NOT IN (SELECT id FROM entries)")
+            repaired.append(f"removed {dangling_keys} prefix keys of deleted entries")
+        else:
+            problems.append({"kind": "dangling_prefix_keys", "detail": f"{dangling_keys} prefix keys point to no entry"})
+    missing_keys = q(
+        "SELECT count(*) FROM entries WHERE id NOT IN (SELECT entry_id FROM prefix_keys WHERE full = 1)"
+    ).fetchone()[0]
+    if missing_keys:
+        problems.append({"kind": "missing_prefix_keys", "detail": f"{missing_keys} entries have no prefix keys"})
+
+    for row in q("SELECT id, blob_sha256 FROM entries WHERE blob_sha256 NOT IN (SELECT sha256 FROM blobs)"):
+        problems.append({"kind": "dangling_entry", "entry": row[0], "blob": row[1], "detail": "entry points to no blob row"})
+
+    blob_rows = {r[0]: r[1] for r in q("SELECT sha256, size FROM blobs")}
+    referenced = {}
+    for eid, sha in q("SELECT id, blob_sha256 FROM entries"):
+        referenced.setdefault(sha, []).append(eid)
+    on_disk = set(lib.blobs.iter_blobs())
+    bad_blobs, intact = set(), set()
+    for sha, eids in sorted(referenced.items()):
+        if sha not in on_disk:
+            reason = "blob missing"
+        elif sha in blob_rows and lib.blobs.size(sha) != blob_rows[sha]:
+            reason = "blob size mismatch"
+        elif check_hashes and lib.blobs.verify(sha) is not None:
+            reason = "blob hash mismatch"
+        else:
+            reason = None
+            if check_hashes:
+                intact.add(sha)
+        if reason:
+            bad_blobs.add(sha)
+            problems.append({"kind": reason.replace(" ", "_"), "blob": sha, "entries": eids, "detail": f"{reason} ({len(eids)} entries)"})
+            if repair:
+                lib.mark_damaged(sha, reason)
+    for eid, sha, why in list(q("SELECT id, blob_sha256, damaged FROM entries WHERE damaged IS NOT NULL")):
+        if sha in bad_blobs:
+            continue  # reported above
+        if sha in intact and repair:
+            with lib.write():
+                q("UPDATE entries SET damaged = NULL WHERE id = ?", [eid])
+            repaired.append(f"entry #{eid}: blob is intact again, damaged mark cleared")
+        else:
+            problems.append({"kind": "marked_damaged", "entry": eid, "blob": sha, "detail": f"entry #{eid} is marked damaged: {why}"})
+
+    live, stale = _pending(lib, grace_s)
+    for sha in sorted(on_disk - set(referenced)):
+        if sha not in live:
+            reclaimable.append({"kind": "orphan_blob", "blob": sha, "bytes": lib.blobs.size(sha)})
+    for sha in sorted(set(blob_rows) - set(referenced) - live):
+        reclaimable.append({"kind": "unreferenced_blob_row", "blob": sha})
+    for t in _temp_files(lib, grace_s, live):
+        reclaimable.append({"kind": "temp_file", "path": str(t.path)})
+    for pid in stale:
+        reclaimable.append({"kind": "stale_pending", "id": pid})
+    if repair and reclaimable:
+        r = gc(lib, grace_s)
+        repaired.append(f"gc: {r['removed_blobs']} orphan blobs, {r['removed_temp_files']} temp files, {r['removed_pending']} stale pending rows")
+        reclaimable = []
+
+    return {"ok": not problems, "problems": problems, "reclaimable": reclaimable, "repaired": repaired,
+            "entries": lib.count(), "blobs_on_disk": len(on_disk)}

@@ -1,0 +1,86 @@
+"""Plain records the library hands out (no SQLite types leak out of library/)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .tokens import unpack_tokens
+
+KINDS = ("solution", "document", "prefix")
+
+
+@dataclass(frozen=True)
+class ModelRecord:
+    sha256: str
+    name: str
+    architecture: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: int
+    kind: str
+    title: str | None
+    question: str | None
+    text: str
+    n_tokens: int
+    tokens_sha256: str
+    answer: str | None
+    blob_sha256: str
+    blob_size: int
+    fingerprint: str
+    model_sha256: str | None
+    source: str
+    pack_id: int | None
+    created_at: str
+    verified_at: str | None
+    damaged: str | None
+    tokens_blob: bytes
+
+    @property
+    def tokens(self) -> list[int]:
+        return unpack_tokens(self.tokens_blob)
+
+    @property
+    def verified(self) -> bool:
+        return self.answer is not None
+
+    def graftable(self, fingerprint: str) -> bool:
+        return self.fingerprint == fingerprint and self.damaged is None
+
+    def summary(self, fingerprint: str | None = None) -> dict:
+        """The JSON shape `kvgraft list --json` prints (a contract: id, kind, question, tokens, blob_sha256)."""
+        out = {
+            "id": self.id,
+            "kind": self.kind,
+            "title": self.title,
+            "question": self.question,
+            "answer": self.answer,
+            "tokens": self.n_tokens,
+            "blob_sha256": self.blob_sha256,
+            "blob_size": self.blob_size,
+            "source": self.source,
+            "created_at": self.created_at,
+            "verified_at": self.verified_at,
+            "damaged": self.damaged,
+        }
+        if fingerprint is not None:
+            out["graftable"] = self.graftable(fingerprint)
+        return out
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("tokens_blob")
+        return d
+
+    @classmethod
+    def from_row(cls, row: dict) -> "Entry":
+        return cls(
+            id=row["id"], kind=row["kind"], title=row["title"], question=row["question"], text=row["text"],
+            n_tokens=row["n_tokens"], tokens_sha256=row["tokens_sha256"], answer=row["answer"],
+            blob_sha256=row["blob_sha256"], blob_size=row["blob_size"], fingerprint=row["fingerprint"],
+            model_sha256=row["model_sha256"], source=row["source"], pack_id=row["pack_id"],
+            created_at=row["created_at"], verified_at=row["verified_at"], damaged=row["damaged"],
+            tokens_blob=row["tokens"],
+        )
