@@ -4,8 +4,8 @@ gc never removes a blob that another process is writing: a deposit records the b
 `pending_blobs` (committed, with its pid) before the file exists and clears it in the same
 transaction that commits the entry. gc runs inside one write transaction, so no deposit can
 commit or start meanwhile; it keeps every blob named by an entry or by a live pending row (its
-process is alive and the row is younger than the grace period). Temp files are treated the same
-way by the pid in their name.
+process is alive; for a row written from another host, it is younger than the grace period).
+Temp files are treated the same way by the pid in their name.
 
 fsck separates damage (`problems`: a missing or corrupt blob, an index row that points nowhere,
 an entry marked damaged) from leftovers of interrupted writes (`reclaimable`: orphan blobs,
@@ -23,6 +23,7 @@ import time
 from .index import Library
 
 GRACE_S = 3600.0
+MAX_LIVE_AGE_S = 86400.0
 
 
 def _pid_alive(pid: int) -> bool:
@@ -37,15 +38,21 @@ def _pid_alive(pid: int) -> bool:
 
 def _age_s(iso: str) -> float:
     then = datetime.datetime.fromisoformat(iso)
+    if then.tzinfo is None:
+        then = then.replace(tzinfo=datetime.timezone.utc)
     return (datetime.datetime.now(datetime.timezone.utc) - then).total_seconds()
 
 
 def _live(pid: int, host: str | None, age_s: float, grace_s: float) -> bool:
-    if age_s >= grace_s:
-        return False
+    """Is the writer behind a pending row or temp file still at work?
+
+    On this host: its process is alive (and the record is younger than a day, against pid
+    reuse). A record from another host (a shared file system) cannot be checked: it is live for
+    the grace period.
+    """
     if host is not None and host != socket.gethostname():
-        return True  # cannot see that process: trust the grace period
-    return _pid_alive(pid)
+        return age_s < grace_s
+    return age_s < MAX_LIVE_AGE_S and _pid_alive(pid)
 
 
 def _pending(lib: Library, grace_s: float) -> tuple[set[str], list[int]]:

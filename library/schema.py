@@ -29,31 +29,31 @@ def m001_core(db: Database) -> None:
     )
     db["packs"].create_index(["sha256"], unique=True)
     db["blobs"].create({"sha256": str, "size": int, "created_at": str}, pk="sha256")
-    db["entries"].create(
-        {
-            "id": int,
-            "kind": str,  # solution / document / prefix
-            "title": str,
-            "question": str,
-            "question_key": str,  # normalized question (library.normalize.question_key)
-            "text": str,  # exactly the text that was prefilled
-            "tokens": bytes,  # int32 little-endian token ids
-            "n_tokens": int,
-            "tokens_sha256": str,
-            "answer": str,  # the verified answer, if any
-            "blob_sha256": str,
-            "blob_size": int,
-            "fingerprint": str,  # engine fingerprint the blob was made under
-            "model_sha256": str,
-            "source": str,  # "local" or "pack"
-            "pack_id": int,
-            "created_at": str,
-            "verified_at": str,
-            "damaged": str,  # null when fine, else why (missing blob, hash mismatch)
-        },
-        pk="id",
-        not_null={"kind", "text", "tokens", "n_tokens", "tokens_sha256", "blob_sha256", "blob_size", "fingerprint", "created_at"},
-        foreign_keys=[("blob_sha256", "blobs", "sha256"), ("pack_id", "packs", "id")],
+    # raw SQL for AUTOINCREMENT: an entry id is never reused after a removal ("entry #12" stays one thing)
+    db.execute(
+        """
+        CREATE TABLE entries (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            kind TEXT NOT NULL,             -- solution / document / prefix
+            title TEXT,
+            question TEXT,
+            question_key TEXT,              -- library.normalize.question_key(question)
+            text TEXT NOT NULL,             -- exactly the text that was prefilled
+            tokens BLOB NOT NULL,           -- int32 little-endian token ids
+            n_tokens INTEGER NOT NULL,
+            tokens_sha256 TEXT NOT NULL,
+            answer TEXT,                    -- the verified answer, if any
+            blob_sha256 TEXT NOT NULL REFERENCES blobs(sha256),
+            blob_size INTEGER NOT NULL,
+            fingerprint TEXT NOT NULL,      -- engine fingerprint the blob was made under
+            model_sha256 TEXT,
+            source TEXT NOT NULL,           -- "local" or "pack"
+            pack_id INTEGER REFERENCES packs(id),
+            created_at TEXT NOT NULL,
+            verified_at TEXT,
+            damaged TEXT                    -- null when fine, else why (blob missing, hash mismatch)
+        )
+        """
     )
     db["entries"].create_index(["question_key"])
     db["entries"].create_index(["blob_sha256"])

@@ -8,6 +8,7 @@ from .. import __version__
 from .common import setup_logging
 from .demo_cmd import demo
 from .engine_cmds import doctor, selftest
+from .library_cmds import COMMANDS as LIBRARY_COMMANDS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -21,6 +22,8 @@ def cli(verbose: int) -> None:
 cli.add_command(doctor)
 cli.add_command(selftest)
 cli.add_command(demo)
+for _cmd in LIBRARY_COMMANDS:
+    cli.add_command(_cmd)
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ import click
 
 from engine.config import physical_cores
 from engine.errors import EngineError
+from library.errors import LibraryError
 
 from ..model_store import ModelStoreError
 from ..runtime import Settings, open_engine
@@ -71,7 +72,7 @@ def handle_errors(f):
     def wrapper(*args, **kwargs):
         try:
             return f(*args, **kwargs)
-        except (EngineError, ModelStoreError) as exc:
+        except (EngineError, LibraryError, ModelStoreError) as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(EXIT_INPUT)
 

@@ -1,0 +1,198 @@
+"""Library commands: deposit, list, search, show, rm, gc, fsck, stats."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from library.maintenance import fsck as run_fsck
+from library.maintenance import gc as run_gc
+
+from ..library_service import LibraryService, open_library
+from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors
+
+
+def _read_text(text: str | None, source: str | None) -> str:
+    if (text is None) == (source is None):
+        raise click.UsageError("give the text with --text TEXT, or a file path, or - for stdin (exactly one)")
+    if text is not None:
+        return text
+    if source == "-":
+        return sys.stdin.read()
+    path = Path(source)
+    if not path.is_file():
+        raise click.UsageError(f"no such file: {source}")
+    return path.read_text(encoding="utf-8")
+
+
+@click.command()
+@click.argument("source", required=False)
+@click.option("--text", help="The text to deposit (instead of a file path or -).")
+@click.option("--question", help="The question this text answers (exact-match key).")
+@click.option("--answer", help="The verified answer, if any (makes it a solution).")
+@click.option("--kind", type=click.Choice(["solution", "document", "prefix"]), default=None,
+              help="Entry kind (default: solution when --answer is given, else document).")
+@click.option("--title", help="A title (default: the question or the first line).")
+@click.option("--json", "as_json", is_flag=True, help="Print id and blob_sha256 as JSON.")
+@engine_options
+@handle_errors
+def deposit(state, source, text, question, answer, kind, title, as_json) -> None:
+    """Read a text into the model and store its KV state in the library.
+
+    SOURCE is a file path, or - for stdin; or pass --text. Depositing the same text again
+    makes no second blob (and no second entry when the question and answer are the same).
+    """
+    body = _read_text(text, source)
+    engine = state.engine()
+    with open_library() as lib:
+        def progress(done: int, total: int) -> None:
+            if total > 512:
+                click.echo(f"\rprefill {done:,}/{total:,} tokens", err=True, nl=done == total)
+
+        res = LibraryService(engine, lib).deposit(body, question=question, answer=answer, kind=kind,
+                                                  title=title, on_progress=progress)
+    if as_json:
+        emit_json(res.as_dict())
+    else:
+        verb = "deposited" if res.created else "already stored as"
+        click.echo(f"{verb} entry #{res.entry.id}: {res.entry.n_tokens:,} tokens, blob {res.entry.blob_sha256[:16]}... "
+                   f"({res.entry.blob_size / 1e6:.1f} MB)" + (f", prefill {res.prefill_s:.2f} s" if res.created else ""))
+
+
+def _table(entries) -> str:
+    lines = [f"{'id':>5}  {'kind':<8}  {'tokens':>7}  {'verified':<8}  {'blob':<16}  title"]
+    for e in entries:
+        flag = "damaged" if e.damaged else ("yes" if e.answer is not None else "-")
+        lines.append(f"{e.id:>5}  {e.kind:<8}  {e.n_tokens:>7,}  {flag:<8}  {e.blob_sha256[:16]}  {(e.title or '')[:60]}")
+    return "\n".join(lines)
+
+
+@click.command(name="list")
+@click.option("--kind", type=click.Choice(["solution", "document", "prefix"]), default=None, help="Only this kind.")
+@click.option("--limit", type=click.IntRange(1), default=None, help="At most this many entries.")
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of entries.")
+@handle_errors
+def list_entries(kind, limit, as_json) -> None:
+    """List the library's entries."""
+    with open_library() as lib:
+        entries = lib.entries(limit=limit, kind=kind)
+    if as_json:
+        emit_json([e.summary() | {"fingerprint": e.fingerprint} for e in entries])
+    else:
+        click.echo(_table(entries) if entries else "the library is empty")
+
+
+@click.command()
+@click.argument("text")
+@click.option("--limit", type=click.IntRange(1), default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="A JSON list of matching entries, best first.")
+@handle_errors
+def search(text, limit, as_json) -> None:
+    """Full-text search over titles, questions and texts (best match first)."""
+    with open_library() as lib:
+        entries = lib.search(text, limit=limit)
+    if as_json:
+        emit_json([e.summary() for e in entries])
+    else:
+        click.echo(_table(entries) if entries else "no match")
+
+
+@click.command()
+@click.argument("entry_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="The whole entry as JSON (text included).")
+@handle_errors
+def show(entry_id, as_json) -> None:
+    """Show one entry: its provenance, hashes and text."""
+    with open_library() as lib:
+        e = lib.get(entry_id)
+    if as_json:
+        emit_json(e.as_dict())
+        return
+    rows = [
+        ("entry", f"#{e.id} ({e.kind})"), ("title", e.title), ("question", e.question), ("answer", e.answer),
+        ("tokens", f"{e.n_tokens:,} (sha256 {e.tokens_sha256})"),
+        ("blob", f"{e.blob_sha256} ({e.blob_size:,} bytes)"), ("fingerprint", e.fingerprint),
+        ("model", e.model_sha256), ("source", e.source + (f" (pack #{e.pack_id})" if e.pack_id else "")),
+        ("created", e.created_at), ("verified", e.verified_at), ("damaged", e.damaged),
+    ]
+    click.echo("\n".join(f"{k:<12} {v}" for k, v in rows if v is not None))
+    click.echo("\n" + e.text)
+
+
+@click.command()
+@click.argument("entry_ids", type=int, nargs=-1, required=True)
+@handle_errors
+def rm(entry_ids) -> None:
+    """Remove entries (their blobs go at the next `kvgraft gc` if nothing else uses them)."""
+    with open_library() as lib:
+        for i in entry_ids:
+            e = lib.remove(i)
+            click.echo(f"removed entry #{e.id} ({e.n_tokens:,} tokens)")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
+@handle_errors
+def gc(as_json) -> None:
+    """Remove blobs no entry references (never one another process is still writing)."""
+    with open_library() as lib:
+        res = run_gc(lib)
+    if as_json:
+        emit_json(res)
+    else:
+        click.echo(f"removed {res['removed_blobs']} blobs ({res['removed_bytes'] / 1e6:.1f} MB), "
+                   f"{res['removed_temp_files']} temp files, {res['removed_pending']} stale pending records")
+
+
+@click.command()
+@click.option("--repair", is_flag=True, help="Repair what is safe: reclaim leftovers, fix index rows, mark damage.")
+@click.option("--quick", is_flag=True, help="Skip re-hashing every blob (sizes and presence only).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (ok, problems, reclaimable).")
+@handle_errors
+def fsck(repair, quick, as_json) -> None:
+    """Check the library: missing or corrupt blobs, index rows that point nowhere, leftovers.
+
+    Exit 0 when there are no problems (reclaimable leftovers of interrupted writes are not
+    problems), 1 otherwise.
+    """
+    with open_library() as lib:
+        res = run_fsck(lib, repair=repair, check_hashes=not quick)
+    if as_json:
+        emit_json(res)
+    else:
+        for p in res["problems"]:
+            click.echo(f"problem: {p['detail']}" + (f" [{p['blob'][:16]}...]" if p.get("blob") else ""))
+        for r in res["reclaimable"]:
+            click.echo(f"reclaimable: {r['kind']} {r.get('blob') or r.get('path') or r.get('id')}")
+        for r in res["repaired"]:
+            click.echo(f"repaired: {r}")
+        click.echo(f"{res['entries']} entries, {res['blobs_on_disk']} blobs: "
+                   + ("ok" if res["ok"] else f"{len(res['problems'])} problems"))
+    if not res["ok"]:
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+@click.command()
+@click.option("--n-ctx", type=click.IntRange(16), default=8192, show_default=True,
+              help="Context size to express the library's size against.")
+@click.option("--json", "as_json", is_flag=True, help="entries, blobs, bytes, tokens, context_multiple as JSON.")
+@handle_errors
+def stats(n_ctx, as_json) -> None:
+    """Library size: entries, blobs, bytes, tokens, and tokens as a multiple of the context window."""
+    with open_library() as lib:
+        res = lib.stats(n_ctx=n_ctx)
+    if as_json:
+        emit_json(res)
+    else:
+        bpt = f"{res['bytes_per_token']:,.0f}" if res["bytes_per_token"] else "-"
+        click.echo(
+            f"{res['entries']:,} entries, {res['blobs']:,} blobs, {res['bytes'] / 1e6:,.1f} MB, "
+            f"{res['tokens']:,} tokens stored ({bpt} bytes/token)\n"
+            f"usable context: {res['context_multiple']:,.2f} x n_ctx {n_ctx:,}"
+            + (f"\n{res['damaged']} damaged entries (run kvgraft fsck)" if res["damaged"] else "")
+        )
+
+
+COMMANDS = [deposit, list_entries, search, show, rm, gc, fsck, stats]

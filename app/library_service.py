@@ -1,0 +1,102 @@
+"""Deposit and graft: the services that join the engine and the library (shared by CLI and app)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from engine.engine import Engine
+from engine.errors import EngineError, FingerprintMismatch
+from engine.session import GraftResult, Session, Snapshot
+from library.index import Library
+from library.records import Entry, ModelRecord
+from library.tokens import tokens_sha256
+
+from .paths import data_dir
+
+log = logging.getLogger(__name__)
+
+
+def open_library() -> Library:
+    return Library(data_dir())
+
+
+def model_record(engine: Engine) -> ModelRecord:
+    i = engine.model.info
+    return ModelRecord(sha256=i.sha256, name=i.name, architecture=i.architecture, size_bytes=i.size_bytes)
+
+
+@dataclass(frozen=True)
+class DepositResult:
+    entry: Entry
+    created: bool
+    prefill_s: float  # 0 when an identical entry already existed and nothing was computed
+
+    def as_dict(self) -> dict:
+        return {"id": self.entry.id, "created": self.created, "blob_sha256": self.entry.blob_sha256,
+                "blob_size": self.entry.blob_size, "tokens": self.entry.n_tokens, "kind": self.entry.kind,
+                "prefill_s": self.prefill_s}
+
+
+class LibraryService:
+    """Engine + library. Call from the one thread that owns the engine's sessions."""
+
+    def __init__(self, engine: Engine, library: Library) -> None:
+        self.engine = engine
+        self.library = library
+
+    def deposit(
+        self,
+        text: str,
+        question: str | None = None,
+        answer: str | None = None,
+        kind: str | None = None,
+        title: str | None = None,
+        on_progress: Callable[[int, int], bool | None] | None = None,
+    ) -> DepositResult:
+        """Prefill `text`, snapshot it, and store blob + entry in one transaction.
+
+        Depositing the same text (with the same question/answer) again returns the existing entry
+        without computing anything.
+        """
+        if not text or not text.strip():
+            raise EngineError("nothing to deposit: the text is empty")
+        kind = kind or ("solution" if answer is not None else "document")
+        tokens = self.engine.model.tokenize(text)
+        limit = self.engine.config.n_ctx - 64
+        if len(tokens) > limit:
+            raise EngineError(f"the text is {len(tokens):,} tokens; this context holds at most {limit:,} (raise --n-ctx)")
+        same = self.library.find_same(tokens_sha256(tokens), self.engine.fingerprint, kind, question, answer)
+        if same is not None and same.damaged is None:
+            return DepositResult(same, False, 0.0)
+        with self.engine.session() as s:
+            t0 = time.perf_counter()
+            s.prefill(tokens, on_progress=on_progress)
+            prefill_s = time.perf_counter() - t0
+            snap = s.snapshot()
+        entry, created = self.library.add_entry(
+            kind=kind, text=text, tokens=tokens, blob=snap.data, blob_sha256=snap.sha256,
+            fingerprint=self.engine.fingerprint, model=model_record(self.engine),
+            title=title or _title(text, question), question=question, answer=answer,
+        )
+        return DepositResult(entry, created, prefill_s)
+
+    def graft(self, session: Session, entry: Entry) -> GraftResult:
+        """Read the entry's blob (integrity-checked) and graft it into the empty `session`."""
+        if entry.fingerprint != self.engine.fingerprint:
+            raise FingerprintMismatch(
+                f"entry #{entry.id} was made under another engine fingerprint; rebuild it from its text"
+            )
+        t0 = time.perf_counter()
+        data = self.library.read_blob(entry)
+        read_ms = (time.perf_counter() - t0) * 1e3
+        snap = Snapshot(data, tuple(entry.tokens), entry.fingerprint, entry.blob_sha256)
+        g = session.graft(snap, bytes_verified=True)
+        return GraftResult(g.n_tokens, g.validate_ms + read_ms, g.restore_ms)
+
+
+def _title(text: str, question: str | None) -> str:
+    src = (question or text).strip().splitlines()[0] if (question or text).strip() else ""
+    return src[:80] + ("..." if len(src) > 80 else "")

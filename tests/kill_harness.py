@@ -1,0 +1,73 @@
+"""SIGKILL trials against the library (used by tests/test_library_robustness.py and scripts/kill_trials.py)."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from library.index import Library
+from library.maintenance import fsck
+
+WORKER = str(Path(__file__).resolve().parent / "library_worker.py")
+BLOB_BYTES = 3_000_000
+START_UP_S = 0.25  # interpreter start and imports, before the worker's first operation
+
+
+def run_and_kill(home: Path, mode: str, seed: int, delay: float) -> list[str]:
+    p = subprocess.Popen([sys.executable, WORKER, str(home), mode, "1000", str(seed), str(BLOB_BYTES)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(delay)
+    p.send_signal(signal.SIGKILL)
+    out, _ = p.communicate(timeout=60)
+    return out.splitlines()
+
+
+def time_one_deposit(home: Path) -> float:
+    """Median seconds per deposit of a BLOB_BYTES blob on this machine (the kill window's unit)."""
+    lines = run_and_kill(home, "deposit", 0, 1.5)
+    times = sorted(float(line.split()[3]) for line in lines if line.startswith("committed"))
+    if not times:
+        raise RuntimeError("the worker committed nothing in 1.5 s")
+    return times[len(times) // 2]
+
+
+def kill_trials(home: Path, trials: int, seed: int = 7, log=lambda msg: None) -> dict:
+    """Kill deposit/rm/gc workers at random points; after each, fsck must be clean and nothing committed lost."""
+    Library(home).close()
+    op = time_one_deposit(home)
+    rng = random.Random(seed)
+    with Library(home) as lib:
+        committed = {e.id: e.blob_sha256 for e in lib.entries()}
+    removed: set[int] = set()
+    lost = 0
+    for trial in range(trials):
+        delay = START_UP_S + rng.uniform(0, 6 * op)
+        for line in run_and_kill(home, "mixed" if trial % 2 else "deposit", 1000 + trial, delay):
+            parts = line.split()
+            if parts and parts[0] == "committed":
+                committed[int(parts[1])] = parts[2]
+            elif parts and parts[0] == "removed":
+                removed.add(int(parts[1]))
+        with Library(home) as lib:
+            report = fsck(lib)
+            if not report["ok"]:
+                raise AssertionError(f"trial {trial}: fsck found problems: {report['problems']}")
+            present = {e.id: e.blob_sha256 for e in lib.entries()}
+            for eid, sha in committed.items():
+                if eid in removed:
+                    continue
+                if present.get(eid) != sha or lib.blobs.verify(sha) is not None:
+                    lost += 1
+                    raise AssertionError(f"trial {trial}: committed entry #{eid} lost or damaged")
+            # killed after its commit, before it printed: committed all the same (at most one per kill)
+            unreported = set(present) - set(committed)
+            if len(unreported) > 1:
+                raise AssertionError(f"trial {trial}: {len(unreported)} entries appeared unannounced")
+            for eid in unreported:
+                committed[eid] = present[eid]
+        log(f"trial {trial + 1}/{trials}: killed at {delay:.3f} s, fsck ok, {len(present)} entries intact")
+    return {"trials": trials, "deposit_s": op, "entries_committed": len(committed), "entries_lost": lost}

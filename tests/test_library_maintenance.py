@@ -1,0 +1,127 @@
+"""fsck finds damage and leftovers and repairs what is safe; gc never takes a blob being written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from library.index import Library
+from library.maintenance import fsck, gc
+
+FP = "a" * 64
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def lib(tmp_path):
+    with Library(tmp_path / "lib") as library:
+        yield library
+
+
+def add(lib, n, blob=None):
+    return lib.add_entry(kind="document", text=f"doc {n}", tokens=list(range(1, n + 1)), blob=blob or os.urandom(512), fingerprint=FP)[0]
+
+
+def kinds(items):
+    return sorted(i["kind"] for i in items)
+
+
+def test_clean_library_is_ok(lib):
+    add(lib, 10)
+    add(lib, 20)
+    r = fsck(lib)
+    assert r["ok"] and r["problems"] == [] and r["reclaimable"] == []
+
+
+def test_damage_is_a_problem(lib):
+    a, b, c = add(lib, 10), add(lib, 20), add(lib, 30)
+    lib.blobs.path(a.blob_sha256).unlink()
+    p = lib.blobs.path(b.blob_sha256)
+    data = bytearray(p.read_bytes())
+    data[0] ^= 1
+    p.write_bytes(data)
+    r = fsck(lib)
+    assert not r["ok"]
+    assert kinds(r["problems"]) == ["blob_hash_mismatch", "blob_missing"]
+    assert fsck(lib, check_hashes=False)["problems"][0]["kind"] == "blob_missing"
+    r = fsck(lib, repair=True)
+    assert not r["ok"]  # damage stays a problem: the bytes are gone
+    assert lib.get(a.id).damaged == "blob missing" and lib.get(b.id).damaged == "blob hash mismatch"
+    assert lib.get(c.id).damaged is None
+    # the blob comes back intact: repair clears the mark
+    p.write_bytes(bytes(data[:1]) and bytes([data[0] ^ 1]) + bytes(data[1:]))
+    lib.blobs.path(a.blob_sha256).parent.mkdir(exist_ok=True)
+    lib.remove(a.id)
+    r = fsck(lib, repair=True)
+    assert r["ok"], r["problems"]
+    assert lib.get(b.id).damaged is None
+
+
+def test_leftovers_are_reclaimable_not_problems(lib):
+    e = add(lib, 10)
+    orphan_sha, _ = lib.blobs.put(os.urandom(100))
+    tmp = lib.blobs.root / orphan_sha[:2] / f".tmp-{'c' * 64}-999999999-abcd"
+    tmp.write_bytes(b"partial")
+    lib.db.execute("INSERT INTO pending_blobs (sha256, pid, host, created_at) VALUES (?, ?, ?, ?)",
+                   ["d" * 64, 999999999, os.uname().nodename, "2020-01-01T00:00:00+00:00"])
+    lib.db.conn.commit()
+    r = fsck(lib)
+    assert r["ok"] and r["problems"] == []
+    assert kinds(r["reclaimable"]) == ["orphan_blob", "stale_pending", "temp_file"]
+    r = fsck(lib, repair=True)
+    assert r["ok"] and r["reclaimable"] == [] and r["repaired"]
+    assert fsck(lib)["reclaimable"] == []
+    assert not tmp.exists() and not lib.blobs.exists(orphan_sha) and lib.blobs.exists(e.blob_sha256)
+
+
+def test_dangling_index_rows(lib):
+    e = add(lib, 100)
+    lib.db.execute("PRAGMA foreign_keys=OFF")
+    lib.db.execute("INSERT INTO prefix_keys (key, length, entry_id, full) VALUES (?, 64, 4242, 0)", [b"k" * 16])
+    lib.db.conn.commit()
+    r = fsck(lib)
+    assert [p["kind"] for p in r["problems"]] == ["dangling_prefix_keys"]
+    assert fsck(lib, repair=True)["repaired"]
+    assert fsck(lib)["ok"]
+    assert lib.get(e.id)
+
+
+def test_gc_keeps_live_pending_blob(lib):
+    sha, _ = lib.blobs.put(os.urandom(100))
+    lib.db.execute("INSERT INTO pending_blobs (sha256, pid, host, created_at) VALUES (?, ?, ?, datetime('now'))",
+                   [sha, os.getpid(), os.uname().nodename])
+    lib.db.conn.commit()
+    assert gc(lib, grace_s=0)["removed_blobs"] == 0 and lib.blobs.exists(sha)
+    lib.db.execute("DELETE FROM pending_blobs")
+    lib.db.conn.commit()
+    assert gc(lib, grace_s=0)["removed_blobs"] == 1 and not lib.blobs.exists(sha)
+
+
+def test_gc_against_concurrent_deposits(tmp_path):
+    """A depositing process and a gc loop at once: no committed entry ever loses its blob."""
+    home = tmp_path / "lib"
+    Library(home).close()
+    dep = subprocess.Popen([sys.executable, str(REPO / "tests" / "library_worker.py"), str(home), "mixed", "60", "1", "200000"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    gcp = subprocess.Popen([sys.executable, str(REPO / "tests" / "library_worker.py"), str(home), "gc", "1000000", "2"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = dep.communicate(timeout=300)
+    gcp.terminate()  # gc loops until the depositor is done
+    gout, gerr = gcp.communicate(timeout=60)
+    assert dep.returncode == 0, err
+    assert "Traceback" not in gerr, gerr
+    assert sum(1 for line in gout.splitlines() if line.startswith("gc")) >= 20, "gc did not overlap the deposits"
+    committed = {int(line.split()[1]) for line in out.splitlines() if line.startswith("committed")}
+    removed = {int(line.split()[1]) for line in out.splitlines() if line.startswith("removed")}
+    assert len(committed) == 60
+    with Library(home) as lib:
+        ids = {e.id for e in lib.entries()}
+        assert ids == committed - removed
+        for e in lib.entries():
+            assert lib.read_blob(e)  # present and intact
+        r = fsck(lib)
+        assert r["ok"], r["problems"]
