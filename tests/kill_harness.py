@@ -14,21 +14,27 @@ from library.maintenance import fsck
 
 WORKER = str(Path(__file__).resolve().parent / "library_worker.py")
 BLOB_BYTES = 3_000_000
-START_UP_S = 0.25  # interpreter start and imports, before the worker's first operation
+START_UP_S = 0.4  # about the interpreter start, imports and library open before "ready"
 
 
-def run_and_kill(home: Path, mode: str, seed: int, delay: float) -> list[str]:
+def run_and_kill(home: Path, mode: str, seed: int, delay: float, after_ready: bool = True) -> list[str]:
+    """Start a worker; `delay` seconds after it has opened the library (or after spawn), SIGKILL it."""
     p = subprocess.Popen([sys.executable, WORKER, str(home), mode, "1000", str(seed), str(BLOB_BYTES)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = []
+    if after_ready:
+        line = p.stdout.readline()
+        if line.strip() != "ready":
+            first.append(line)
     time.sleep(delay)
     p.send_signal(signal.SIGKILL)
     out, _ = p.communicate(timeout=60)
-    return out.splitlines()
+    return [x.rstrip("\n") for x in first] + out.splitlines()
 
 
 def time_one_deposit(home: Path) -> float:
     """Median seconds per deposit of a BLOB_BYTES blob on this machine (the kill window's unit)."""
-    lines = run_and_kill(home, "deposit", 0, 1.5)
+    lines = run_and_kill(home, "deposit", 0, 1.0)
     times = sorted(float(line.split()[3]) for line in lines if line.startswith("committed"))
     if not times:
         raise RuntimeError("the worker committed nothing in 1.5 s")
@@ -45,8 +51,10 @@ def kill_trials(home: Path, trials: int, seed: int = 7, log=lambda msg: None) ->
     removed: set[int] = set()
     lost = 0
     for trial in range(trials):
-        delay = START_UP_S + rng.uniform(0, 6 * op)
-        for line in run_and_kill(home, "mixed" if trial % 2 else "deposit", 1000 + trial, delay):
+        # most kills land among the operations (after "ready"); every 10th during start-up and migrations
+        during_start = trial % 10 == 9
+        delay = rng.uniform(0, START_UP_S) if during_start else rng.uniform(0, 6 * op)
+        for line in run_and_kill(home, "mixed" if trial % 2 else "deposit", 1000 + trial, delay, after_ready=not during_start):
             parts = line.split()
             if parts and parts[0] == "committed":
                 committed[int(parts[1])] = parts[2]
@@ -69,5 +77,6 @@ def kill_trials(home: Path, trials: int, seed: int = 7, log=lambda msg: None) ->
                 raise AssertionError(f"trial {trial}: {len(unreported)} entries appeared unannounced")
             for eid in unreported:
                 committed[eid] = present[eid]
-        log(f"trial {trial + 1}/{trials}: killed at {delay:.3f} s, fsck ok, {len(present)} entries intact")
+        where = "after spawn" if during_start else "after ready"
+        log(f"trial {trial + 1}/{trials}: killed {delay:.3f} s {where}, fsck ok, {len(present)} entries intact")
     return {"trials": trials, "deposit_s": op, "entries_committed": len(committed), "entries_lost": lost}

@@ -28,6 +28,7 @@ def main() -> int:
     blob_bytes = int(sys.argv[5]) if len(sys.argv) > 5 else 4096
     rng = random.Random(seed)
     lib = Library(home)
+    print("ready", flush=True)
     for i in range(count):
         if mode in ("deposit", "mixed"):
             t0 = time.perf_counter()

@@ -86,3 +86,18 @@ def emit_json(obj) -> None:
 def setup_logging(verbose: int) -> None:
     level = logging.WARNING if verbose == 0 else logging.INFO if verbose == 1 else logging.DEBUG
     logging.basicConfig(level=level, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+
+
+def token_progress(label: str, min_total: int = 512):
+    """A prefill progress callback for stderr: a live counter on a terminal, one line otherwise."""
+    tty = sys.stderr.isatty()
+
+    def report(done: int, total: int) -> None:
+        if total < min_total:
+            return
+        if tty:
+            click.echo(f"\r{label} {done:,}/{total:,} tokens", err=True, nl=done == total)
+        elif done == total:
+            click.echo(f"{label} {total:,} tokens", err=True)
+
+    return report

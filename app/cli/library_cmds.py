@@ -11,7 +11,7 @@ from library.maintenance import fsck as run_fsck
 from library.maintenance import gc as run_gc
 
 from ..library_service import LibraryService, open_library
-from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors
+from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors, token_progress
 
 
 def _read_text(text: str | None, source: str | None) -> str:
@@ -47,12 +47,8 @@ def deposit(state, source, text, question, answer, kind, title, as_json) -> None
     body = _read_text(text, source)
     engine = state.engine()
     with open_library() as lib:
-        def progress(done: int, total: int) -> None:
-            if total > 512:
-                click.echo(f"\rprefill {done:,}/{total:,} tokens", err=True, nl=done == total)
-
         res = LibraryService(engine, lib).deposit(body, question=question, answer=answer, kind=kind,
-                                                  title=title, on_progress=progress)
+                                                  title=title, on_progress=token_progress("prefill"))
     if as_json:
         emit_json(res.as_dict())
     else:
