@@ -228,6 +228,10 @@ class Library:
         args = [q] + ([fingerprint] if fingerprint else []) + [limit]
         return [Entry.from_row(r) for r in self.db.query(sql, args)]
 
+    def related(self, question: str, fingerprint: str, limit: int = 5) -> list[Entry]:
+        """Graftable entries ranked by full-text relevance to a question with no exact match (any term)."""
+        return self.search(question, limit=limit, any_term=True, fingerprint=fingerprint)
+
     def find_question(self, question: str, fingerprint: str | None = None) -> Entry | None:
         """The entry stored for this question (normalized), preferring graftable, verified, newest."""
         key = question_key(question)
@@ -243,26 +247,30 @@ class Library:
         """The graftable entry whose tokens are the longest prefix of `tokens` (None if none is).
 
         Entries are indexed by keys of their token prefixes at every PREFIX_BLOCK boundary and at
-        their full length. Step 1 finds the longest block boundary any entry shares with the
-        prompt; step 2 looks for full-length keys block by block from there down, and confirms a
-        hit against the stored tokens. Cost: one indexed query per block tried, independent of
-        the number of entries.
+        their full length. Step 1 binary-searches the longest block boundary any entry shares with
+        the prompt (log2(n/B) indexed probes); step 2 looks for full-length keys block by block
+        from there down and confirms a hit against the stored tokens. The cost depends on the
+        prompt's length, not on the number of entries.
         """
         n = len(tokens)
         if n == 0:
             return None
         blocks = list(range(PREFIX_BLOCK, n + 1, PREFIX_BLOCK))
-        top = 0
-        if blocks:
-            bkeys = prefix_keys(tokens, blocks)
-            by_key = {k: length for length, k in bkeys.items()}
-            marks = ",".join("?" * len(by_key))
-            row = self.db.execute(
-                f"SELECT max(p.length) FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
-                f"WHERE p.key IN ({marks}) AND e.fingerprint = ? AND e.damaged IS NULL",
-                list(by_key) + [fingerprint],
+        bkeys = prefix_keys(tokens, blocks)
+        # Entries sharing the prompt's first k*B tokens also share its first j*B for every j < k,
+        # so the matched block lengths are a downward-closed set: binary search for the longest.
+        lo, hi, top = 0, len(blocks) - 1, 0
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            hit = self.db.execute(
+                "SELECT 1 FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
+                "WHERE p.key = ? AND p.length = ? AND e.fingerprint = ? AND e.damaged IS NULL LIMIT 1",
+                [bkeys[blocks[mid]], blocks[mid], fingerprint],
             ).fetchone()
-            top = row[0] or 0
+            if hit:
+                top, lo = blocks[mid], mid + 1
+            else:
+                hi = mid - 1
         start = top
         while start >= 0:
             lengths = list(range(max(1, start), min(start + PREFIX_BLOCK, n + 1)))

@@ -76,7 +76,7 @@ def m002_fts(db: Database) -> None:
 def m003_prefix_keys(db: Database) -> None:
     db["prefix_keys"].create({"key": bytes, "length": int, "entry_id": int, "full": int},
                              foreign_keys=[("entry_id", "entries", "id")])
-    db["prefix_keys"].create_index(["key"])
+    db["prefix_keys"].create_index(["key", "full"])
     db["prefix_keys"].create_index(["entry_id"])
     for row in db.query("SELECT id, tokens, n_tokens FROM entries"):
         insert_prefix_keys(db, row["id"], row["tokens"], row["n_tokens"])

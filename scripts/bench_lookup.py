@@ -14,6 +14,7 @@ import argparse
 import datetime
 import json
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -49,6 +50,11 @@ def fill(lib: Library, start: int, stop: int, rng: random.Random, preambles: lis
             insert_prefix_keys(lib.db, cur.lastrowid, pack_tokens(toks), len(toks))
             made.append(toks)
     return made
+
+
+def _index_mb(lib: Library, home: Path) -> float:
+    lib.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return round((home / "index.db").stat().st_size / 1e6, 1)
 
 
 def timed(fn, queries) -> float:
@@ -94,13 +100,14 @@ def main() -> None:
             "longest_prefix_hit_ms": timed(lambda p: lib.longest_prefix(p, FP), hits) * 1e3,
             "longest_prefix_miss_ms": timed(lambda p: lib.longest_prefix(p, FP), misses) * 1e3,
             "fts_search_ms": timed(lambda q: lib.search(q, limit=10), ["plus", "river stone", "question number 7"] * 30) * 1e3,
-            "index_mb": round((home / "index.db").stat().st_size / 1e6 + sum(p.stat().st_size for p in home.glob("index.db-*")) / 1e6, 1),
+            "index_mb": _index_mb(lib, home),
         }
         results.append(row)
         if not args.json:
             print(f"{size:>7,} entries: exact {row['exact_question_ms']:.3f} ms | longest prefix hit {row['longest_prefix_hit_ms']:.3f} ms, "
                   f"miss {row['longest_prefix_miss_ms']:.3f} ms | FTS {row['fts_search_ms']:.3f} ms | index {row['index_mb']} MB", flush=True)
     lib.close()
+    shutil.rmtree(home, ignore_errors=True)
     if args.json:
         print(json.dumps(results, indent=2))
 

@@ -57,27 +57,35 @@ def deposit(state, source, text, question, answer, kind, title, as_json) -> None
                    f"({res.entry.blob_size / 1e6:.1f} MB)" + (f", prefill {res.prefill_s:.2f} s" if res.created else ""))
 
 
-def _table(entries) -> str:
-    lines = [f"{'id':>5}  {'kind':<8}  {'tokens':>7}  {'verified':<8}  {'blob':<16}  title"]
-    for e in entries:
-        flag = "damaged" if e.damaged else ("yes" if e.answer is not None else "-")
-        lines.append(f"{e.id:>5}  {e.kind:<8}  {e.n_tokens:>7,}  {flag:<8}  {e.blob_sha256[:16]}  {(e.title or '')[:60]}")
-    return "\n".join(lines)
-
-
 @click.command(name="list")
 @click.option("--kind", type=click.Choice(["solution", "document", "prefix"]), default=None, help="Only this kind.")
 @click.option("--limit", type=click.IntRange(1), default=None, help="At most this many entries.")
+@click.option("--check", is_flag=True,
+              help="Load the model and mark which entries this engine can graft (the rest need a rebuild).")
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of entries.")
+@engine_options
 @handle_errors
-def list_entries(kind, limit, as_json) -> None:
+def list_entries(state, kind, limit, check, as_json) -> None:
     """List the library's entries."""
+    fingerprint = state.engine().fingerprint if check else None
     with open_library() as lib:
         entries = lib.entries(limit=limit, kind=kind)
     if as_json:
-        emit_json([e.summary() | {"fingerprint": e.fingerprint} for e in entries])
+        emit_json([e.summary(fingerprint) | {"fingerprint": e.fingerprint} for e in entries])
+    elif not entries:
+        click.echo("the library is empty")
     else:
-        click.echo(_table(entries) if entries else "the library is empty")
+        click.echo(_table(entries, fingerprint))
+
+
+def _table(entries, fingerprint: str | None = None) -> str:
+    graft = fingerprint is not None
+    lines = [f"{'id':>5}  {'kind':<8}  {'tokens':>7}  {'verified':<8}  " + ("graftable      " if graft else "") + f"{'blob':<16}  title"]
+    for e in entries:
+        flag = "damaged" if e.damaged else ("yes" if e.answer is not None else "-")
+        g = ("yes            " if e.graftable(fingerprint) else "needs rebuild  ") if graft else ""
+        lines.append(f"{e.id:>5}  {e.kind:<8}  {e.n_tokens:>7,}  {flag:<8}  {g}{e.blob_sha256[:16]}  {(e.title or '')[:60]}")
+    return "\n".join(lines)
 
 
 @click.command()
