@@ -13,8 +13,10 @@ from engine.session import GraftResult, Session, Snapshot
 from library.index import Library
 from library.records import Entry, ModelRecord
 from library.tokens import tokens_sha256
+from engine.compare import logits_sha256
 
 from .paths import data_dir
+from .problems import DOCUMENT_PROBE, ask_suffix, solution_text
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +57,13 @@ class LibraryService:
         kind: str | None = None,
         title: str | None = None,
         on_progress: Callable[[int, int], bool | None] | None = None,
+        checker: str | None = None,
     ) -> DepositResult:
         """Prefill `text`, snapshot it, and store blob + entry in one transaction.
 
         Depositing the same text (with the same question/answer) again returns the existing entry
-        without computing anything.
+        without computing anything. The entry's receipt records the logits SHA-256 after a probe
+        (for a solution: the question asked after a graft) fresh and grafted.
         """
         if not text or not text.strip():
             raise EngineError("nothing to deposit: the text is empty")
@@ -71,17 +75,36 @@ class LibraryService:
         same = self.library.find_same(tokens_sha256(tokens), self.engine.fingerprint, kind, question, answer)
         if same is not None and same.damaged is None:
             return DepositResult(same, False, 0.0)
+        probe_text = ask_suffix(question) if kind == "solution" and question else DOCUMENT_PROBE
+        probe = self.engine.model.tokenize(probe_text, add_bos=False)
         with self.engine.session() as s:
             t0 = time.perf_counter()
             s.prefill(tokens, on_progress=on_progress)
             prefill_s = time.perf_counter() - t0
             snap = s.snapshot()
+            s.prefill(probe)
+            fresh_sha = logits_sha256(s.logits())
+        with self.engine.session() as g:  # the entry's receipt: its own graft, checked against fresh
+            g.graft(snap, bytes_verified=True)
+            g.prefill(probe)
+            graft_sha = logits_sha256(g.logits())
+        receipt = {"probe": probe_text, "probe_tokens_sha256": tokens_sha256(probe),
+                   "fresh_logits_sha256": fresh_sha, "graft_logits_sha256": graft_sha, "equal": fresh_sha == graft_sha}
+        if fresh_sha != graft_sha:
+            log.warning("deposit: grafted logits differ from fresh on this engine (%s)", self.engine.backend)
         entry, created = self.library.add_entry(
             kind=kind, text=text, tokens=tokens, blob=snap.data, blob_sha256=snap.sha256,
             fingerprint=self.engine.fingerprint, model=model_record(self.engine),
             title=title or _title(text, question), question=question, answer=answer,
+            receipt=receipt, checker=checker,
         )
         return DepositResult(entry, created, prefill_s)
+
+    def deposit_solution(self, question: str, solution: str, answer: str, checker: str = "numeric",
+                         on_progress=None) -> DepositResult:
+        """A verified solution, stored in the format a small model reliably copies (app/problems.py)."""
+        return self.deposit(solution_text(question, solution, answer), question=question, answer=answer,
+                            kind="solution", title=question, on_progress=on_progress, checker=checker)
 
     def graft(self, session: Session, entry: Entry) -> GraftResult:
         """Read the entry's blob (integrity-checked) and graft it into the empty `session`."""

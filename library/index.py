@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import json
 import os
 import socket
 import sqlite3
@@ -86,11 +87,7 @@ class Library:
     # -- writing -------------------------------------------------------------------------------
     def add_model(self, model: ModelRecord) -> None:
         with self.write():
-            self.db["models"].insert(
-                {"sha256": model.sha256, "name": model.name, "architecture": model.architecture,
-                 "size_bytes": model.size_bytes, "added_at": now()},
-                ignore=True,
-            )
+            self._insert_model(model)
 
     def find_same(self, tokens_sha: str, fingerprint: str, kind: str, question: str | None, answer: str | None) -> Entry | None:
         qk = question_key(question) if question else None
@@ -117,6 +114,8 @@ class Library:
         blob_sha256: str | None = None,
         source: str = "local",
         pack_id: int | None = None,
+        receipt: dict | None = None,
+        checker: str | None = None,
     ) -> tuple[Entry, bool]:
         """Store a blob and its entry; return (entry, created). The same deposit twice is one entry."""
         if kind not in KINDS:
@@ -134,8 +133,13 @@ class Library:
         pending_id = self._mark_pending(sha)  # before the file exists: gc must not take it
         try:
             self.blobs.put(view, sha, trusted=True)
-            entry_id = self._commit_entry(same, pending_id, sha, len(view), kind, text, tokens, tsha, fingerprint,
-                                          model, title, question, answer, source, pack_id)
+            entry_id = self._commit_entry(same, pending_id, sha, len(view), dict(
+                kind=kind, title=title, question=question, question_key=question_key(question) if question else None,
+                text=text, tokens=pack_tokens(tokens), n_tokens=len(tokens), tokens_sha256=tsha, answer=answer,
+                blob_sha256=sha, blob_size=len(view), fingerprint=fingerprint,
+                model_sha256=model.sha256 if model else None, source=source, pack_id=pack_id,
+                receipt=json.dumps(receipt, sort_keys=True) if receipt else None, checker=checker,
+            ), model)
         except BaseException:
             self._clear_pending(pending_id)
             raise
@@ -148,33 +152,30 @@ class Library:
         except sqlite3.Error:
             pass  # left for gc: a pending row whose process is gone is reclaimable
 
-    def _commit_entry(self, same, pending_id, sha, size, kind, text, tokens, tsha, fingerprint, model, title,
-                      question, answer, source, pack_id) -> int:
+    def _commit_entry(self, same: Entry | None, pending_id: int, sha: str, size: int, row: dict,
+                      model: ModelRecord | None) -> int:
         with self.write():
             if model is not None:
-                self.db["models"].insert(
-                    {"sha256": model.sha256, "name": model.name, "architecture": model.architecture,
-                     "size_bytes": model.size_bytes, "added_at": now()},
-                    ignore=True,
-                )
+                self._insert_model(model)
             self.db["blobs"].insert({"sha256": sha, "size": size, "created_at": now()}, ignore=True)
             if same is not None:  # a damaged twin: the blob is back, clear the mark
                 self.db.execute("UPDATE entries SET damaged = NULL WHERE id = ?", [same.id])
                 entry_id = same.id
             else:
+                t = now()
                 entry_id = self.db["entries"].insert(
-                    {
-                        "kind": kind, "title": title, "question": question,
-                        "question_key": question_key(question) if question else None,
-                        "text": text, "tokens": pack_tokens(tokens), "n_tokens": len(tokens), "tokens_sha256": tsha,
-                        "answer": answer, "blob_sha256": sha, "blob_size": size, "fingerprint": fingerprint,
-                        "model_sha256": model.sha256 if model else None, "source": source, "pack_id": pack_id,
-                        "created_at": now(), "verified_at": now() if answer is not None else None, "damaged": None,
-                    }
+                    {**row, "created_at": t, "verified_at": t if row["answer"] is not None else None, "damaged": None}
                 ).last_pk
-                insert_prefix_keys(self.db, entry_id, pack_tokens(tokens), len(tokens))
+                insert_prefix_keys(self.db, entry_id, row["tokens"], row["n_tokens"])
             self.db.execute("DELETE FROM pending_blobs WHERE id = ?", [pending_id])
         return entry_id
+
+    def _insert_model(self, model: ModelRecord) -> None:
+        self.db["models"].insert(
+            {"sha256": model.sha256, "name": model.name, "architecture": model.architecture,
+             "size_bytes": model.size_bytes, "added_at": now()},
+            ignore=True,
+        )
 
     def _mark_pending(self, sha: str) -> int:
         check_sha(sha)

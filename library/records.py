@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 
 from .tokens import unpack_tokens
@@ -37,6 +38,8 @@ class Entry:
     verified_at: str | None
     damaged: str | None
     tokens_blob: bytes
+    receipt: dict | None = None
+    checker: str | None = None
 
     @property
     def tokens(self) -> list[int]:
@@ -83,4 +86,6 @@ class Entry:
             model_sha256=row["model_sha256"], source=row["source"], pack_id=row["pack_id"],
             created_at=row["created_at"], verified_at=row["verified_at"], damaged=row["damaged"],
             tokens_blob=row["tokens"],
+            receipt=json.loads(row["receipt"]) if row.get("receipt") else None,
+            checker=row.get("checker"),
         )

@@ -82,6 +82,13 @@ def m003_prefix_keys(db: Database) -> None:
         insert_prefix_keys(db, row["id"], row["tokens"], row["n_tokens"])
 
 
+@migrations()
+def m004_entry_receipts(db: Database) -> None:
+    """Per-entry receipt (fresh and grafted logits SHA-256 of its probe) and the answer checker's name."""
+    db["entries"].add_column("receipt", str)  # JSON: probe text, probe tokens sha256, fresh/graft logits sha256
+    db["entries"].add_column("checker", str)
+
+
 def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens: int) -> None:
     tokens = unpack_tokens(tokens_blob)
     keys = prefix_keys(tokens, entry_key_lengths(n_tokens))
@@ -91,4 +98,4 @@ def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens
     )
 
 
-MIGRATIONS = ["m001_core", "m002_fts", "m003_prefix_keys"]
+MIGRATIONS = ["m001_core", "m002_fts", "m003_prefix_keys", "m004_entry_receipts"]

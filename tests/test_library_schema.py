@@ -9,7 +9,7 @@ import pytest
 from sqlite_utils import Database
 
 from library.index import Library
-from library.schema import MIGRATIONS, migrations
+from library.schema import MIGRATIONS, insert_prefix_keys, migrations
 from library.tokens import pack_tokens, tokens_sha256
 
 TOKENS = list(range(1, 200))
@@ -48,6 +48,8 @@ def test_older_schema_with_data(tmp_path, stop_before):
         "fingerprint": "f" * 64, "model_sha256": None, "source": "local", "pack_id": None,
         "created_at": now, "verified_at": None, "damaged": None,
     })
+    if MIGRATIONS.index(stop_before) > MIGRATIONS.index("m003_prefix_keys"):
+        insert_prefix_keys(db, 1, pack_tokens(TOKENS), len(TOKENS))  # what that version's deposit wrote
     db.conn.commit()
     db.close()
     with Library(tmp_path) as lib:
