@@ -130,7 +130,7 @@ class Library:
         sha = hashlib.sha256(view).hexdigest()
         if blob_sha256 is not None and blob_sha256 != sha:
             raise BlobCorrupt(f"blob bytes hash to {sha}, not the declared {blob_sha256}")
-        pending_id = self._mark_pending(sha)  # before the file exists: gc must not take it
+        [pending_id] = self.mark_pending([sha])  # before the file exists: gc must not take it
         try:
             self.blobs.put(view, sha, trusted=True)
             entry_id = self._commit_entry(same, pending_id, sha, len(view), dict(
@@ -141,16 +141,9 @@ class Library:
                 receipt=json.dumps(receipt, sort_keys=True) if receipt else None, checker=checker,
             ), model)
         except BaseException:
-            self._clear_pending(pending_id)
+            self.clear_pending([pending_id])
             raise
         return self.get(entry_id), same is None
-
-    def _clear_pending(self, pending_id: int) -> None:
-        try:
-            with self.write():
-                self.db.execute("DELETE FROM pending_blobs WHERE id = ?", [pending_id])
-        except sqlite3.Error:
-            pass  # left for gc: a pending row whose process is gone is reclaimable
 
     def _commit_entry(self, same: Entry | None, pending_id: int, sha: str, size: int, row: dict,
                       model: ModelRecord | None) -> int:
@@ -177,12 +170,19 @@ class Library:
             ignore=True,
         )
 
-    def _mark_pending(self, sha: str) -> int:
-        check_sha(sha)
+    def mark_pending(self, shas: Sequence[str]) -> list[int]:
+        """Record blobs this process is about to write (one transaction); gc will not take them."""
+        rows = [{"sha256": check_sha(s), "pid": os.getpid(), "host": socket.gethostname(), "created_at": now()} for s in shas]
         with self.write():
-            return self.db["pending_blobs"].insert(
-                {"sha256": sha, "pid": os.getpid(), "host": socket.gethostname(), "created_at": now()}
-            ).last_pk
+            return [self.db["pending_blobs"].insert(r).last_pk for r in rows]
+
+    def clear_pending(self, ids: Sequence[int]) -> None:
+        """Forget pending records after a failure (best effort: gc reclaims what stays)."""
+        try:
+            with self.write():
+                self.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(ids))})", list(ids))
+        except sqlite3.Error:
+            pass
 
     def remove(self, entry_id: int) -> Entry:
         entry = self.get(entry_id)

@@ -8,7 +8,9 @@ from .. import __version__
 from .common import setup_logging
 from .demo_cmd import demo
 from .engine_cmds import doctor, selftest
+from .answer_cmds import COMMANDS as ANSWER_COMMANDS
 from .library_cmds import COMMANDS as LIBRARY_COMMANDS
+from .pack_cmds import COMMANDS as PACK_COMMANDS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,7 +24,7 @@ def cli(verbose: int) -> None:
 cli.add_command(doctor)
 cli.add_command(selftest)
 cli.add_command(demo)
-for _cmd in LIBRARY_COMMANDS:
+for _cmd in LIBRARY_COMMANDS + PACK_COMMANDS + ANSWER_COMMANDS:
     cli.add_command(_cmd)
 
 

@@ -101,3 +101,18 @@ def token_progress(label: str, min_total: int = 512):
             click.echo(f"{label} {total:,} tokens", err=True)
 
     return report
+
+
+def stage_progress(prefix: str):
+    """A (stage, done, total) progress callback for stderr: live on a terminal, sparse lines otherwise."""
+    tty = sys.stderr.isatty()
+    last = {}
+
+    def report(stage: str, done: int, total: int) -> None:
+        if tty:
+            click.echo(f"\r{prefix}: {stage} {done:,}/{total:,}", err=True, nl=done == total)
+        elif done == total or done - last.get(stage, 0) >= max(1, total // 10):
+            last[stage] = done
+            click.echo(f"{prefix}: {stage} {done:,}/{total:,}", err=True)
+
+    return report

@@ -1,0 +1,159 @@
+"""Export, import and build `.kvpack` files (docs/pack-format.md).
+
+Import checks everything before it changes anything: the archive and manifest (library/pack.py),
+the model and fingerprint against the loaded engine, each entry's tokens (its text tokenized
+here must give the declared token count and SHA-256), and every blob the manifest names, even
+one the library already has (SHA-256, then the state layout walked against this model). Then
+library/importer.py commits it in one transaction.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import shutil
+from pathlib import Path
+from typing import Callable
+
+from engine.state import parse_state
+from library.errors import StorageFull
+from library.importer import commit_pack
+from library.pack import FORMAT_VERSION, PackError, PackReader, pack_sha256, write_pack
+from library.records import Entry
+from library.tokens import tokens_sha256
+
+from . import __version__
+from .checker import get_checker
+from .library_service import LibraryService, model_record
+from .problems import read_jsonl
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+def _noop(stage: str, done: int, total: int) -> None:
+    pass
+
+
+def export_pack(service_or_library, entries: list[Entry], path: Path) -> dict:
+    """Write `entries` (one fingerprint) to a pack; blobs are read from the library and checked."""
+    lib = getattr(service_or_library, "library", service_or_library)
+    if not entries:
+        raise PackError("nothing to export: no entries selected")
+    fps = {e.fingerprint for e in entries}
+    if len(fps) > 1:
+        raise PackError(f"the selected entries were made under {len(fps)} engine fingerprints; export one at a time")
+    damaged = [e.id for e in entries if e.damaged]
+    if damaged:
+        raise PackError(f"entries {damaged} are damaged; repair or rebuild them before exporting")
+    models = {e.model_sha256 for e in entries}
+    model_row = next(iter(lib.db.query("SELECT * FROM models WHERE sha256 = ?", [next(iter(models))])), None)
+    if len(models) != 1 or model_row is None:
+        raise PackError("the selected entries do not name one known model")
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "kvgraft_version": __version__,
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "model": {"sha256": model_row["sha256"], "name": model_row["name"], "architecture": model_row["architecture"]},
+        "fingerprint": entries[0].fingerprint,
+        "entries": [
+            {"blob_sha256": e.blob_sha256, "blob_size": e.blob_size, "kind": e.kind, "title": e.title,
+             "question": e.question, "text": e.text, "answer": e.answer, "n_tokens": e.n_tokens,
+             "tokens_sha256": e.tokens_sha256, "checker": e.checker, "receipt": e.receipt}
+            for e in entries
+        ],
+    }
+    by_sha = {e.blob_sha256: e for e in entries}
+    size = write_pack(path, manifest, ((sha, lambda e=e: bytes(lib.read_blob(e))) for sha, e in by_sha.items()))
+    return {"file": str(path), "entries": len(entries), "blobs": len(by_sha), "bytes": size, "sha256": pack_sha256(path)}
+
+
+def validate_pack(service: LibraryService, reader: PackReader, progress: Progress = _noop) -> list[list[int]]:
+    """Everything but the commit: model, fingerprint, tokens, blob hashes and layouts. Returns tokens."""
+    engine = service.engine
+    m = reader.manifest
+    if m.model_sha256 != engine.model.info.sha256:
+        raise PackError(
+            f"the pack was made for model {m.model_name} (sha256 {m.model_sha256[:12]}...), the loaded model is "
+            f"{engine.model.info.name} ({engine.model.info.sha256[:12]}...); load that model, or import with --rebuild"
+        )
+    if m.fingerprint != engine.fingerprint:
+        raise PackError(
+            f"the pack was made under engine fingerprint {m.fingerprint[:12]}..., this engine is {engine.fingerprint[:12]}... "
+            "(another llama.cpp build, backend, KV type or flash-attention setting); import with --rebuild to rebuild its blobs here"
+        )
+    tokens = []
+    for i, e in enumerate(m.entries):
+        t = engine.model.tokenize(e.text)
+        if len(t) != e.n_tokens:
+            raise PackError(f"entry {i}: its text is {len(t)} tokens here, the pack declares {e.n_tokens}")
+        if len(t) > engine.config.n_ctx:
+            raise PackError(f"entry {i} holds {len(t):,} tokens, more than this context's {engine.config.n_ctx:,} (raise --n-ctx)")
+        tokens.append(t)
+        progress("tokens", i + 1, len(m.entries))
+    for i, (e, t) in enumerate(zip(m.entries, tokens)):
+        if tokens_sha256(t) != e.tokens_sha256:
+            raise PackError(f"entry {i}: its text does not give the token SHA-256 the pack declares")
+    n_by_blob = {}
+    for e in m.entries:
+        n_by_blob.setdefault(e.blob_sha256, set()).add(e.n_tokens)
+    shas = reader.blob_shas()
+    for k, sha in enumerate(shas):
+        data = reader.read_blob(sha)  # checks size and SHA-256
+        try:
+            parsed = parse_state(data, engine.layout, max_cells=engine.config.n_ctx)
+        except Exception as exc:  # SnapshotError: a valid hash of bytes that are no state for this model
+            raise PackError(f"blob {sha[:16]}... is not a valid state for this model: {exc}") from exc
+        if n_by_blob[sha] != {parsed.n_tokens}:
+            raise PackError(f"blob {sha[:16]}... holds {parsed.n_tokens} tokens, its entries declare {sorted(n_by_blob[sha])}")
+        progress("blobs", k + 1, len(shas))
+    return tokens
+
+
+def import_pack(service: LibraryService, path: Path, rebuild: bool = False, progress: Progress = _noop) -> dict:
+    """Import one pack: all of it or nothing. Raises PackError with the reason when refused."""
+    path = Path(path)
+    with PackReader(path) as reader:
+        m = reader.manifest
+        engine = service.engine
+        if rebuild and (m.fingerprint != engine.fingerprint or m.model_sha256 != engine.model.info.sha256):
+            return _rebuild(service, reader, progress)
+        tokens = validate_pack(service, reader, progress)
+        need = sum(reader.members[f"blobs/{s}"].file_size for s in reader.blob_shas() if not service.library.blobs.exists(s))
+        free = shutil.disk_usage(service.library.root).free
+        if need > free:
+            raise StorageFull(f"the pack needs {need / 1e6:,.0f} MB and the disk has {free / 1e6:,.0f} MB free")
+        res = commit_pack(service.library, reader, tokens, pack_sha256(path), model_record(engine),
+                          on_progress=lambda d, t: progress("copy", d, t))
+    return {"file": str(path), "imported": res["imported"], "skipped": res["skipped"], "rebuilt": 0}
+
+
+def _rebuild(service: LibraryService, reader: PackReader, progress: Progress) -> dict:
+    """Another model or fingerprint: import the texts and rebuild their blobs on this engine."""
+    imported = skipped = 0
+    entries = reader.manifest.entries
+    for i, e in enumerate(entries):
+        res = service.deposit(e.text, question=e.question, answer=e.answer, kind=e.kind, title=e.title, checker=e.checker)
+        imported += res.created
+        skipped += not res.created
+        progress("rebuild", i + 1, len(entries))
+    return {"file": str(reader.path), "imported": imported, "skipped": skipped, "rebuilt": imported}
+
+
+def build_pack(service: LibraryService, jsonl: Path, out: Path, progress: Progress = _noop) -> dict:
+    """Deposit each {question, solution, answer} of a JSONL source pack and export exactly those entries."""
+    try:
+        problems = read_jsonl(jsonl)
+    except (OSError, ValueError) as exc:
+        raise PackError(str(exc)) from exc
+    entries = []
+    for i, p in enumerate(problems):
+        try:
+            get_checker(p.checker)
+        except ValueError as exc:
+            raise PackError(f"{jsonl}: problem {p.id}: {exc}") from exc
+        res = service.deposit_solution(p.question, p.solution, p.answer, checker=p.checker)
+        entries.append(res.entry)
+        progress("deposit", i + 1, len(problems))
+    return export_pack(service, entries, out)

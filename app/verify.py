@@ -1,0 +1,204 @@
+"""`kvgraft verify`: batch verification with receipts anyone can re-check.
+
+Per entry (from packs or the library):
+  1. blob: its bytes hash to the SHA-256 the manifest or index names;
+  2. replay (--replay): prefill the entry's text fresh, the snapshot must have the same SHA-256
+     (bit-identical reproduction), and for K probe continuations the logits after grafting the
+     blob equal the fresh ones (SHA-256, KL, argmax);
+  3. answer: for a verified solution, graft it, ask its question, and the decoded answer must
+     pass the entry's checker against the verified answer.
+The receipts file records every input and output hash and the engine fingerprint;
+`verify_receipts` re-runs the same checks and compares hash by hash.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from engine.compare import compare_logits
+from engine.session import Snapshot
+from library.pack import PackReader, pack_sha256
+from library.records import Entry
+from library.tokens import tokens_sha256
+
+from . import __version__
+from .ask import GRAFT_ANSWER_TOKENS
+from .checker import get_checker
+from .library_service import LibraryService
+from .problems import DOCUMENT_PROBE, ask_suffix
+
+RECEIPTS_VERSION = 1
+
+
+@dataclass
+class Item:
+    """One thing to verify: an entry's facts and a way to get its blob bytes (checked by the loader)."""
+
+    ref: str  # "library#12" or "pack:<sha16>#3"
+    kind: str
+    text: str
+    question: str | None
+    answer: str | None
+    checker: str | None
+    n_tokens: int
+    tokens_sha256: str
+    blob_sha256: str
+    fingerprint: str
+    load_blob: Callable[[], bytes]
+
+
+def library_items(service: LibraryService, entries: list[Entry]) -> list[Item]:
+    lib = service.library
+    return [Item(f"library#{e.id}", e.kind, e.text, e.question, e.answer, e.checker, e.n_tokens, e.tokens_sha256,
+                 e.blob_sha256, e.fingerprint, lambda e=e: bytes(lib.read_blob(e))) for e in entries]
+
+
+def pack_items(reader: PackReader, pack_sha: str) -> list[Item]:
+    m = reader.manifest
+    return [Item(f"pack:{pack_sha[:16]}#{i}", e.kind, e.text, e.question, e.answer, e.checker, e.n_tokens,
+                 e.tokens_sha256, e.blob_sha256, m.fingerprint, lambda s=e.blob_sha256: reader.read_blob(s))
+            for i, e in enumerate(m.entries)]
+
+
+def _probes(item: Item, model, samples: int) -> list[list[int]]:
+    """Probe continuations: the entry's own question (or the document probe), then slices of its text."""
+    first = ask_suffix(item.question) if item.kind == "solution" and item.question else DOCUMENT_PROBE
+    probes = [model.tokenize(first, add_bos=False)]
+    words = item.text.split()
+    for k in range(1, samples):
+        start = (k * 7919) % max(1, len(words))
+        piece = " ".join(words[start : start + 12]) or "and"
+        probes.append(model.tokenize(" " + piece, add_bos=False))
+    return probes
+
+
+def verify_item(service: LibraryService, item: Item, replay: bool, samples: int) -> dict:
+    engine = service.engine
+    model = engine.model
+    checks: dict = {}
+    failures: list[str] = []
+    try:
+        data = item.load_blob()
+        checks["blob_sha256"] = hashlib.sha256(data).hexdigest()
+        checks["blob_ok"] = checks["blob_sha256"] == item.blob_sha256
+    except Exception as exc:  # missing / corrupt: named by the loader
+        checks["blob_ok"] = False
+        checks["blob_error"] = str(exc)
+        data = None
+    if not checks["blob_ok"]:
+        failures.append("blob")
+    graftable = data is not None and checks["blob_ok"] and item.fingerprint == engine.fingerprint
+    if data is not None and item.fingerprint != engine.fingerprint:
+        checks["graftable"] = False
+        failures.append("fingerprint")
+    tokens = model.tokenize(item.text)
+    checks["tokens_ok"] = len(tokens) == item.n_tokens and tokens_sha256(tokens) == item.tokens_sha256
+    if not checks["tokens_ok"]:
+        failures.append("tokens")
+    snap = Snapshot(data, tuple(tokens), engine.fingerprint, item.blob_sha256) if graftable and checks["tokens_ok"] else None
+
+    if replay and snap is not None:
+        probes = _probes(item, model, samples)
+        records = []
+        for k, probe in enumerate(probes):
+            with engine.session() as fresh:
+                fresh.prefill(tokens)
+                if k == 0:
+                    checks["replay_blob_sha256"] = fresh.snapshot().sha256
+                    checks["replay_ok"] = checks["replay_blob_sha256"] == item.blob_sha256
+                fresh.prefill(probe)
+                want = fresh.logits()
+            with engine.session() as g:
+                g.graft(snap, bytes_verified=True)
+                g.prefill(probe)
+                cmp = compare_logits(want, g.logits())
+            records.append({"probe_tokens_sha256": tokens_sha256(probe), "fresh_logits_sha256": cmp.sha256_a,
+                            "graft_logits_sha256": cmp.sha256_b, "equal": cmp.sha256_equal, "kl": cmp.kl,
+                            "argmax_agree": cmp.argmax_agree, "max_abs_diff": cmp.max_abs_diff})
+        checks["probes"] = records
+        if not checks["replay_ok"]:
+            failures.append("replay")
+        if not all(r["equal"] for r in records):
+            failures.append("probes")
+
+    if item.kind == "solution" and item.question and item.answer is not None and snap is not None:
+        suffix = model.tokenize(ask_suffix(item.question), add_bos=False)
+        with engine.session() as s:
+            s.graft(snap, bytes_verified=True)
+            s.prefill(suffix)
+            gen = s.generate(GRAFT_ANSWER_TOKENS, stop=["\n"])
+        decoded = gen.text.strip()
+        ok = get_checker(item.checker or "numeric")(decoded, item.answer)
+        checks["answer"] = {"decoded": decoded, "expected": item.answer, "ok": ok, "decode_tokens": len(gen.tokens)}
+        if not ok:
+            failures.append("answer")
+    return {"ref": item.ref, "blob_sha256": item.blob_sha256, "tokens_sha256": item.tokens_sha256,
+            "text_sha256": hashlib.sha256(item.text.encode("utf-8")).hexdigest(), "checks": checks,
+            "failures": failures, "ok": not failures}
+
+
+def run_verify(service: LibraryService, items: list[Item], inputs: list[dict], replay: bool, samples: int,
+               progress: Callable[[str, int, int], None] = lambda *a: None) -> dict:
+    results = []
+    for i, item in enumerate(items):
+        results.append(verify_item(service, item, replay, samples))
+        progress("verify", i + 1, len(items))
+    failures = [{"entry": r["ref"], "check": f} for r in results for f in r["failures"]]
+    return {
+        "kind": "kvgraft-verify-receipts",
+        "receipts_version": RECEIPTS_VERSION,
+        "kvgraft_version": __version__,
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "fingerprint": service.engine.fingerprint,
+        "fingerprint_info": service.engine.fingerprint_info,
+        "inputs": inputs,
+        "options": {"replay": replay, "samples": samples},
+        "ok": not failures,
+        "entries": len(results),
+        "failures": failures,
+        "results": results,
+    }
+
+
+def pack_inputs(path: Path) -> tuple[dict, PackReader]:
+    sha = pack_sha256(path)
+    return {"type": "pack", "path": str(Path(path).resolve()), "sha256": sha}, PackReader(path)
+
+
+# the output hashes a re-check must reproduce, per entry
+def _hashes(result: dict) -> dict:
+    c = result["checks"]
+    return {
+        "blob_sha256": c.get("blob_sha256"),
+        "replay_blob_sha256": c.get("replay_blob_sha256"),
+        "probes": [(p["probe_tokens_sha256"], p["fresh_logits_sha256"], p["graft_logits_sha256"]) for p in c.get("probes", [])],
+        "answer": (c.get("answer") or {}).get("decoded"),
+    }
+
+
+def compare_receipts(old: dict, new: dict) -> list[dict]:
+    """Differences between two receipts of the same inputs: entry by entry, hash by hash."""
+    diffs = []
+    if old.get("fingerprint") != new.get("fingerprint"):
+        diffs.append({"entry": None, "check": "fingerprint",
+                      "detail": "the receipts were made under another engine fingerprint: its hashes are not expected to match here"})
+    new_by_ref = {r["ref"]: r for r in new["results"]}
+    for r in old.get("results", []):
+        other = new_by_ref.get(r["ref"])
+        if other is None:
+            diffs.append({"entry": r["ref"], "check": "missing", "detail": "not found in the re-run"})
+            continue
+        a, b = _hashes(r), _hashes(other)
+        for key in a:
+            if a[key] != b[key]:
+                diffs.append({"entry": r["ref"], "check": key, "detail": f"recorded {a[key]!r}, now {b[key]!r}"})
+    return diffs
+
+
+def receipts_sha256(receipts: dict) -> str:
+    return hashlib.sha256(json.dumps(receipts, sort_keys=True, separators=(",", ":")).encode()).hexdigest()

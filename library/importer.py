@@ -1,0 +1,83 @@
+"""Committing a validated pack into a library: all of it or nothing.
+
+The caller (app/packs.py) has already checked the archive, the manifest, the model and
+fingerprint, every blob's SHA-256 and state layout, and each entry's tokens. Here the blobs are
+recorded as pending, written (a blob already in the store is not copied again), and then every
+entry, its prefix keys and the pack's row go in ONE transaction. A kill before that commit
+leaves only reclaimable blobs; after it, the whole pack.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Sequence
+
+from .errors import LibraryError
+from .index import Library, now
+from .normalize import question_key
+from .pack import PackReader
+from .records import ModelRecord
+from .schema import insert_prefix_keys
+from .tokens import pack_tokens, tokens_sha256
+
+
+def commit_pack(
+    lib: Library,
+    reader: PackReader,
+    tokens: Sequence[Sequence[int]],
+    pack_sha256: str,
+    model: ModelRecord,
+    signer: str | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> dict:
+    entries = reader.manifest.entries
+    if len(tokens) != len(entries):
+        raise LibraryError("one token list per pack entry is needed")
+    for i, (e, t) in enumerate(zip(entries, tokens)):
+        if len(t) != e.n_tokens or tokens_sha256(t) != e.tokens_sha256:
+            raise LibraryError(f"entry {i}: its text does not tokenize to the tokens the pack declares")
+    shas = reader.blob_shas()
+    pending = lib.mark_pending(shas)
+    try:
+        for k, sha in enumerate(shas):
+            if not (lib.blobs.exists(sha) and lib.blobs.verify(sha) is None):
+                lib.blobs.put(reader.read_blob(sha), sha, trusted=True)
+            if on_progress:
+                on_progress(k + 1, len(shas))
+        imported = skipped = 0
+        with lib.write():
+            lib._insert_model(model)
+            for sha in shas:
+                size = reader.members[f"blobs/{sha}"].file_size
+                lib.db["blobs"].insert({"sha256": sha, "size": size, "created_at": now()}, ignore=True)
+            row = lib.db.execute("SELECT id FROM packs WHERE sha256 = ?", [pack_sha256]).fetchone()
+            if row:
+                pack_id = row[0]
+            else:
+                pack_id = lib.db["packs"].insert({
+                    "sha256": pack_sha256, "file_name": reader.path.name, "format_version": reader.manifest.format_version,
+                    "kvgraft_version": reader.manifest.kvgraft_version, "signer": signer, "n_entries": len(entries),
+                    "imported_at": now(),
+                }).last_pk
+            fp = reader.manifest.fingerprint
+            for e, t in zip(entries, tokens):
+                if lib.find_same(e.tokens_sha256, fp, e.kind, e.question, e.answer) is not None:
+                    skipped += 1
+                    continue
+                t_now = now()
+                entry_id = lib.db["entries"].insert({
+                    "kind": e.kind, "title": e.title, "question": e.question,
+                    "question_key": question_key(e.question) if e.question else None, "text": e.text,
+                    "tokens": pack_tokens(t), "n_tokens": e.n_tokens, "tokens_sha256": e.tokens_sha256,
+                    "answer": e.answer, "blob_sha256": e.blob_sha256, "blob_size": e.blob_size, "fingerprint": fp,
+                    "model_sha256": reader.manifest.model_sha256, "source": "pack", "pack_id": pack_id,
+                    "created_at": t_now, "verified_at": t_now if e.answer is not None else None, "damaged": None,
+                    "receipt": json.dumps(e.receipt, sort_keys=True) if e.receipt else None, "checker": e.checker,
+                }).last_pk
+                insert_prefix_keys(lib.db, entry_id, pack_tokens(t), e.n_tokens)
+                imported += 1
+            lib.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(pending))})", pending)
+    except BaseException:
+        lib.clear_pending(pending)
+        raise
+    return {"imported": imported, "skipped": skipped, "pack_id": pack_id}

@@ -1,0 +1,293 @@
+"""The `.kvpack` container: a zip of `manifest.json` and `blobs/<sha256>` (stored, uncompressed).
+
+Reading validates the archive and the manifest completely before anything else looks at them;
+every failure is a PackError whose message names the problem. The format is written down in
+docs/pack-format.md; FORMAT_VERSION goes up with any change a reader of the old version could
+misread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .errors import LibraryError
+from .records import KINDS
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+MAX_MANIFEST_BYTES = 256 << 20
+MAX_MEMBERS = 2_000_001
+MAX_TEXT_CHARS = 50_000_000
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+_BLOB_MEMBER = re.compile(r"^blobs/([0-9a-f]{64})$")
+
+
+class PackError(LibraryError):
+    """A pack is malformed, unsafe, from a newer format, or does not match what it declares."""
+
+
+@dataclass(frozen=True)
+class PackEntry:
+    blob_sha256: str
+    blob_size: int
+    kind: str
+    title: str | None
+    question: str | None
+    text: str
+    answer: str | None
+    n_tokens: int
+    tokens_sha256: str
+    checker: str | None
+    receipt: dict | None
+
+
+@dataclass(frozen=True)
+class Manifest:
+    format_version: int
+    kvgraft_version: str
+    model_sha256: str
+    model_name: str
+    model_architecture: str
+    fingerprint: str
+    entries: tuple[PackEntry, ...]
+    raw: dict
+
+
+def _fail(msg: str) -> PackError:
+    return PackError(msg)
+
+
+def _get(obj: dict, key: str, types, where: str, optional: bool = False):
+    if key not in obj or obj[key] is None:
+        if optional:
+            return None
+        raise _fail(f"manifest: {where} is missing '{key}'")
+    value = obj[key]
+    if isinstance(value, bool) and bool not in (types if isinstance(types, tuple) else (types,)):
+        raise _fail(f"manifest: {where} '{key}' has the wrong type (bool)")
+    if not isinstance(value, types):
+        names = "/".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+        raise _fail(f"manifest: {where} '{key}' must be {names}, got {type(value).__name__}")
+    return value
+
+
+def _sha(value: str, where: str) -> str:
+    if not _SHA.match(value):
+        raise _fail(f"manifest: {where} is not a SHA-256 hex digest")
+    return value
+
+
+def parse_manifest(raw: dict) -> Manifest:
+    """Check the manifest's schema; unknown extra keys are ignored (forward compatibility)."""
+    if not isinstance(raw, dict):
+        raise _fail("manifest: the top level must be a JSON object")
+    version = _get(raw, "format_version", int, "the pack")
+    if version > FORMAT_VERSION:
+        raise _fail(f"pack format version {version} is newer than this kvgraft reads ({FORMAT_VERSION}); upgrade kvgraft")
+    if version < 1:
+        raise _fail(f"pack format version {version} is not valid")
+    kv_version = _get(raw, "kvgraft_version", str, "the pack")
+    model = _get(raw, "model", dict, "the pack")
+    fingerprint = _sha(_get(raw, "fingerprint", str, "the pack"), "fingerprint")
+    items = _get(raw, "entries", list, "the pack")
+    if not items:
+        raise _fail("the pack is empty: its manifest lists no entries")
+    entries = []
+    for i, item in enumerate(items):
+        where = f"entry {i}"
+        if not isinstance(item, dict):
+            raise _fail(f"manifest: {where} must be an object")
+        kind = _get(item, "kind", str, where)
+        if kind not in KINDS:
+            raise _fail(f"manifest: {where} kind {kind!r} is not one of {', '.join(KINDS)}")
+        size = _get(item, "blob_size", int, where)
+        n_tokens = _get(item, "n_tokens", int, where)
+        if size < 1 or n_tokens < 1:
+            raise _fail(f"manifest: {where} has a non-positive blob_size or n_tokens")
+        text = _get(item, "text", str, where)
+        if len(text) > MAX_TEXT_CHARS:
+            raise _fail(f"manifest: {where} text is longer than {MAX_TEXT_CHARS:,} characters")
+        receipt = _get(item, "receipt", dict, where, optional=True)
+        entries.append(PackEntry(
+            blob_sha256=_sha(_get(item, "blob_sha256", str, where), f"{where} blob_sha256"),
+            blob_size=size, kind=kind, text=text, n_tokens=n_tokens,
+            title=_get(item, "title", str, where, optional=True),
+            question=_get(item, "question", str, where, optional=True),
+            answer=_get(item, "answer", str, where, optional=True),
+            tokens_sha256=_sha(_get(item, "tokens_sha256", str, where), f"{where} tokens_sha256"),
+            checker=_get(item, "checker", str, where, optional=True),
+            receipt=receipt,
+        ))
+    return Manifest(
+        format_version=version, kvgraft_version=kv_version,
+        model_sha256=_sha(_get(model, "sha256", str, "model"), "model sha256"),
+        model_name=_get(model, "name", str, "model"), model_architecture=_get(model, "architecture", str, "model"),
+        fingerprint=fingerprint, entries=tuple(entries), raw=raw,
+    )
+
+
+class PackReader:
+    """An opened, structurally validated pack. Use as a context manager."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            st = os.stat(self.path)
+        except OSError as exc:
+            raise _fail(f"cannot read {self.path}: {exc.strerror}") from exc
+        if not stat.S_ISREG(st.st_mode):
+            raise _fail(f"{self.path} is not a regular file")
+        self.archive_size = st.st_size
+        try:
+            self.zip = zipfile.ZipFile(self.path)
+        except zipfile.BadZipFile as exc:
+            raise _fail(f"{self.path.name} is not a valid zip archive (truncated or corrupt): {exc}") from exc
+        except OSError as exc:
+            raise _fail(f"cannot read {self.path.name}: {exc}") from exc
+        try:
+            self.members = self._check_members()
+            self.manifest = parse_manifest(self._read_manifest())
+            self._check_blobs_match_manifest()
+        except BaseException:
+            self.zip.close()
+            raise
+
+    def close(self) -> None:
+        self.zip.close()
+
+    def __enter__(self) -> "PackReader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_members(self) -> dict[str, zipfile.ZipInfo]:
+        infos = self.zip.infolist()
+        if len(infos) > MAX_MEMBERS:
+            raise _fail(f"the archive has {len(infos):,} members, more than {MAX_MEMBERS:,}")
+        members: dict[str, zipfile.ZipInfo] = {}
+        for info in infos:
+            name = info.filename
+            if name in members:
+                raise _fail(f"duplicate member {name!r} in the archive")
+            if name.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", name) or "\\" in name:
+                raise _fail(f"member {name!r} has an absolute or non-portable path")
+            if any(part in ("..", ".") for part in name.split("/")):
+                raise _fail(f"member {name!r} tries to leave the pack ('..' in its path)")
+            mode = info.external_attr >> 16
+            if stat.S_ISLNK(mode):
+                raise _fail(f"member {name!r} is a symbolic link")
+            if info.is_dir():
+                raise _fail(f"member {name!r} is a directory; packs hold only files")
+            if info.flag_bits & 0x1:
+                raise _fail(f"member {name!r} is encrypted")
+            if name != MANIFEST and not _BLOB_MEMBER.match(name):
+                raise _fail(f"member {name!r} is not part of the pack format (only manifest.json and blobs/<sha256>)")
+            if info.compress_size > self.archive_size:
+                raise _fail(f"member {name!r} declares {info.compress_size:,} bytes but the archive is {self.archive_size:,}")
+            if name != MANIFEST:
+                if info.compress_type != zipfile.ZIP_STORED:
+                    raise _fail(f"blob member {name!r} is compressed; blobs must be stored uncompressed")
+                if info.file_size != info.compress_size:
+                    raise _fail(f"blob member {name!r} declares {info.file_size:,} bytes but stores {info.compress_size:,}")
+            members[name] = info
+        if MANIFEST not in members:
+            raise _fail("the archive has no manifest.json")
+        return members
+
+    def _read_manifest(self) -> dict:
+        info = self.members[MANIFEST]
+        if info.file_size > MAX_MANIFEST_BYTES:
+            raise _fail(f"manifest.json declares {info.file_size:,} bytes, more than {MAX_MANIFEST_BYTES:,}")
+        try:
+            with self.zip.open(info) as fh:
+                data = fh.read(MAX_MANIFEST_BYTES + 1)
+        except Exception as exc:  # BadZipFile, OSError, EOFError, zlib.error, NotImplementedError...
+            raise _fail(f"manifest.json cannot be read: {exc}") from exc
+        if len(data) > MAX_MANIFEST_BYTES:
+            raise _fail("manifest.json is larger than it declares (zip bomb?)")
+        try:
+            return json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise _fail(f"manifest.json is not valid JSON: {exc}") from exc
+
+    def _check_blobs_match_manifest(self) -> None:
+        named = {}
+        for i, e in enumerate(self.manifest.entries):
+            prev = named.get(e.blob_sha256)
+            if prev is not None and prev != e.blob_size:
+                raise _fail(f"manifest: entry {i} gives blob {e.blob_sha256[:16]}... a size that another entry contradicts")
+            named[e.blob_sha256] = e.blob_size
+        present = {m.group(1): info for name, info in self.members.items() if (m := _BLOB_MEMBER.match(name))}
+        for sha, size in named.items():
+            info = present.get(sha)
+            if info is None:
+                raise _fail(f"manifest names blob {sha[:16]}... but the archive does not hold it")
+            if info.file_size != size:
+                raise _fail(f"blob {sha[:16]}... is {info.file_size:,} bytes in the archive, the manifest says {size:,}")
+        extra = sorted(set(present) - set(named))
+        if extra:
+            raise _fail(f"the archive holds blob {extra[0][:16]}... that the manifest does not name")
+        total = sum(named.values())
+        if total > self.archive_size:
+            raise _fail(f"the blobs declare {total:,} bytes in all but the archive is {self.archive_size:,}")
+
+    def blob_shas(self) -> list[str]:
+        return sorted({e.blob_sha256 for e in self.manifest.entries})
+
+    def read_blob(self, sha256: str) -> bytes:
+        """The blob's bytes, checked against its name (SHA-256) and declared size."""
+        info = self.members.get(f"blobs/{sha256}")
+        if info is None:
+            raise _fail(f"the archive does not hold blob {sha256[:16]}...")
+        try:
+            with self.zip.open(info) as fh:
+                data = fh.read(info.file_size + 1)
+        except Exception as exc:  # BadZipFile (bad CRC, truncation), OSError, EOFError...
+            raise _fail(f"blob {sha256[:16]}... cannot be read (truncated archive?): {exc}") from exc
+        if len(data) != info.file_size:
+            raise _fail(f"blob {sha256[:16]}... is {len(data):,} bytes, the archive declares {info.file_size:,}")
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise _fail(f"blob {sha256[:16]}... does not match its SHA-256 (damaged or tampered)")
+        return data
+
+
+def write_pack(path: Path, manifest: dict, blobs: Iterable[tuple[str, Callable[[], bytes]]]) -> int:
+    """Write a pack atomically (temp file, fsync, rename); return its size. Blobs are stored uncompressed."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
+            z.writestr(zipfile.ZipInfo(MANIFEST, date_time=(2000, 1, 1, 0, 0, 0)),
+                       json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8"), compress_type=zipfile.ZIP_DEFLATED)
+            seen = set()
+            for sha, load in blobs:
+                if sha in seen:
+                    continue
+                seen.add(sha)
+                info = zipfile.ZipInfo(f"blobs/{sha}", date_time=(2000, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_STORED
+                z.writestr(info, load())
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path.stat().st_size
+
+
+def pack_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(8 << 20):
+            h.update(chunk)
+    return h.hexdigest()
