@@ -85,7 +85,8 @@ class Model:
 
     @property
     def vocab(self):
-        self.ptr  # raises when closed
+        if self._ptr is None:
+            raise EngineError("model is closed")
         return self._vocab
 
     def _meta(self, key: str) -> str | None:

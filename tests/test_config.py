@@ -40,7 +40,9 @@ def test_refusals(kw, msg):
 
 
 def test_frozen():
-    with pytest.raises(Exception):
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg().n_ctx = 1
 
 

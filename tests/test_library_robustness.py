@@ -20,7 +20,7 @@ def test_two_writers_no_lock_errors_no_lost_rows(tmp_path):
     procs = [subprocess.Popen([sys.executable, WORKER, str(home), "deposit", "200", str(seed), "2048"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in (11, 12)]
     outs = [p.communicate(timeout=300) for p in procs]
-    for p, (out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err
         assert "locked" not in err
     committed = [int(line.split()[1]) for out, _ in outs for line in out.splitlines() if line.startswith("committed")]
