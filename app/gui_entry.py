@@ -1,4 +1,4 @@
-"""`kvgraft-app`: the desktop app's launcher."""
+"""`kvgraft-app`: the desktop app's launcher (a GUI script: no console window on Windows)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,6 @@ import sys
 
 
 def main() -> None:
-    try:
-        from ui.main_window import run  # type: ignore[import-not-found]
-    except ImportError:
-        sys.stderr.write(
-            "kvgraft-app: the desktop window is not part of this build yet; use the `kvgraft` command.\n"
-        )
-        sys.exit(2)
+    from ui.main_window import run
+
     sys.exit(run())

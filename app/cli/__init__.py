@@ -9,6 +9,7 @@ from .common import setup_logging
 from .demo_cmd import demo
 from .engine_cmds import doctor, selftest
 from .answer_cmds import COMMANDS as ANSWER_COMMANDS
+from .app_cmd import app_cmd
 from .library_cmds import COMMANDS as LIBRARY_COMMANDS
 from .pack_cmds import COMMANDS as PACK_COMMANDS
 
@@ -24,6 +25,7 @@ def cli(verbose: int) -> None:
 cli.add_command(doctor)
 cli.add_command(selftest)
 cli.add_command(demo)
+cli.add_command(app_cmd)
 for _cmd in LIBRARY_COMMANDS + PACK_COMMANDS + ANSWER_COMMANDS:
     cli.add_command(_cmd)
 

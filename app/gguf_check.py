@@ -1,0 +1,41 @@
+"""Checking a GGUF file's header with the `gguf` package before llama.cpp ever opens it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class NotAModel(Exception):
+    """The file is not a GGUF model kvgraft can load."""
+
+
+def inspect_gguf(path: Path) -> dict:
+    """Architecture, name and tensor count from the header; raises NotAModel with the reason."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"GGUF":
+                raise NotAModel(f"{path.name} is not a GGUF file (bad magic)")
+    except OSError as exc:
+        raise NotAModel(f"cannot read {path.name}: {exc.strerror}") from exc
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+    except Exception as exc:  # the gguf package raises ValueError and friends on malformed headers
+        raise NotAModel(f"{path.name} has a malformed GGUF header: {exc}") from exc
+
+    def field(key: str) -> str | None:
+        f = reader.fields.get(key)
+        if f is None or not f.data:
+            return None
+        try:
+            return bytes(f.parts[f.data[0]]).decode("utf-8", errors="replace")
+        except Exception:
+            return None
+
+    arch = field("general.architecture")
+    if not arch:
+        raise NotAModel(f"{path.name} has no general.architecture: not a language model GGUF")
+    return {"path": str(path.resolve()), "architecture": arch, "name": field("general.name") or path.stem,
+            "tensors": len(reader.tensors), "size_bytes": path.stat().st_size}

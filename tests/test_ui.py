@@ -1,0 +1,169 @@
+"""The desktop window (pytest-qt, offscreen): ask, drop packs, verify, settings, a responsive GUI thread."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
+from PySide6.QtGui import QDropEvent
+
+from app.library_service import LibraryService, open_library
+from app.packs import build_pack
+from app.problems import starter_problems, write_jsonl
+from app.runtime import Settings
+from app.textgen import synthetic_text
+from library.index import Library
+from ui.library_table import EntriesModel, sorted_view
+from ui.main_window import MainWindow
+from ui.settings_dialog import load_settings, save_settings
+
+SHORT = sorted(starter_problems(24), key=lambda p: len(p.solution))[:2]
+
+
+@pytest.fixture(scope="module")
+def tiny_pack(engine, tmp_path_factory):
+    d = tmp_path_factory.mktemp("ui-pack")
+    write_jsonl(SHORT, d / "p.jsonl")
+    with Library(d / "lib") as lib:
+        build_pack(LibraryService(engine, lib), d / "p.jsonl", d / "tiny.kvpack")
+    return d / "tiny.kvpack"
+
+
+@pytest.fixture
+def qsettings(tmp_path):
+    return QSettings(str(tmp_path / "settings.ini"), QSettings.IniFormat)
+
+
+@pytest.fixture
+def window(qtbot, engine, qsettings):
+    w = MainWindow(qsettings, engine=engine)
+    w.show_message = lambda title, text, error: None  # keep dialogs from blocking; w.messages records them
+    qtbot.addWidget(w)
+    qtbot.waitUntil(lambda: bool(w.engine_info), timeout=60_000)
+    yield w
+    w.close()
+    assert not w.client.thread.isRunning(), "the engine thread was left running"
+
+
+def drop(window, paths):
+    mime = QMimeData()
+    mime.setUrls([QUrl.fromLocalFile(str(p)) for p in paths])
+    event = QDropEvent(QPointF(10, 10), Qt.CopyAction, mime, Qt.LeftButton, Qt.NoModifier)
+    window.dropEvent(event)
+
+
+def wait_message(qtbot, window, title, timeout=120_000):
+    qtbot.waitUntil(lambda: any(t == title for t, _ in window.messages), timeout=timeout)
+    return next(text for t, text in window.messages if t == title)
+
+
+def test_drop_good_pack_then_ask(qtbot, window, tiny_pack):
+    drop(window, [tiny_pack])
+    summary = wait_message(qtbot, window, "Import")
+    assert "imported: 2 entries" in summary
+    assert window.entries.rowCount() == 2
+    p = SHORT[0]
+    window.question.setText(p.question)
+    window.ask()
+    qtbot.waitUntil(lambda: window.last_answer is not None, timeout=60_000)
+    assert window.answer_view.toPlainText() == p.answer
+    assert window.provenance.text().startswith("from verified entry #")
+    assert "exact graft" in window.provenance.text() and "matches" in window.provenance.text()
+
+
+def test_drop_corrupt_pack_leaves_library_unchanged(qtbot, window, tiny_pack, tmp_path):
+    bad = tmp_path / "bad.kvpack"
+    bad.write_bytes(tiny_pack.read_bytes()[:5000])
+    drop(window, [bad])
+    summary = wait_message(qtbot, window, "Import")
+    assert "refused bad.kvpack" in summary and "not a valid zip archive" in summary
+    assert window.entries.rowCount() == 0
+    with open_library() as lib:
+        assert lib.count() == 0 and list(lib.blobs.iter_blobs()) == []
+
+
+def test_drop_other_files(qtbot, window, tmp_path):
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"NOPE" * 10)
+    drop(window, [fake])
+    assert "not a GGUF file" in wait_message(qtbot, window, "Not a model")
+    txt = tmp_path / "notes.txt"
+    txt.write_text("hi")
+    drop(window, [txt])
+    assert "notes.txt" in wait_message(qtbot, window, "Not imported")
+
+
+def test_drop_real_gguf_offers_switch(qtbot, window, model_path, monkeypatch):
+    asked = []
+    monkeypatch.setattr(window, "confirm", lambda title, text: asked.append(text) or False)
+    window.open_files([str(model_path)])
+    assert asked and "Gemma 3 270m" in asked[0] and "gemma3" in asked[0]
+
+
+def test_verify_selected_with_progress(qtbot, window, tiny_pack):
+    drop(window, [tiny_pack])
+    wait_message(qtbot, window, "Import")
+    window.table.selectAll()
+    assert len(window.selected_ids()) == 2
+    seen = []
+    window.worker.progress.connect(lambda stage, d, t: seen.append((stage, d, t)), Qt.DirectConnection)
+    window.verify_selected()
+    assert "every check passed" in wait_message(qtbot, window, "Verify")
+    assert ("verify", 2, 2) in seen
+    qtbot.waitUntil(lambda: window.progress.format() == "verify 2/2")  # the window's bar followed
+
+
+def test_settings_persist(qtbot, engine, qsettings):
+    s = Settings(model=None, n_ctx=4096, n_threads=1, n_gpu_layers=0)
+    save_settings(qsettings, s)
+    again = QSettings(qsettings.fileName(), QSettings.IniFormat)
+    assert load_settings(again) == s
+    w = MainWindow(again, engine=engine)
+    w.show_message = lambda *a: None
+    qtbot.addWidget(w)
+    assert w.settings.n_ctx == 4096 and w.settings.n_threads == 1
+    w.close()
+    assert not w.client.thread.isRunning()
+
+
+def test_gui_stays_responsive_during_a_long_deposit(qtbot, window):
+    """The GUI thread keeps its event loop turning while the worker prefills ~3,000 tokens."""
+    text = synthetic_text(2300, seed=99)
+    ticks = []
+    timer = QTimer()
+    timer.setInterval(20)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.start()
+    t0 = time.perf_counter()
+    window.client.request_deposit.emit(text, "", "")
+    wait_message(qtbot, window, "Deposited")
+    elapsed = time.perf_counter() - t0
+    timer.stop()
+    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    assert elapsed > 2.0, "the deposit was too short to show anything"
+    assert len(ticks) > elapsed / 0.2, f"only {len(ticks)} timer ticks in {elapsed:.1f} s"
+    assert max(gaps) < 1.0, f"the event loop stalled for {max(gaps):.2f} s"
+    assert window.entries.rowCount() == 1
+
+
+def test_cancel_a_long_deposit(qtbot, window):
+    window.client.request_deposit.emit(synthetic_text(2300, seed=98), "", "")
+    qtbot.waitUntil(lambda: not window.cancel_button.isHidden(), timeout=10_000)
+    window.cancel_button.click()
+    assert wait_message(qtbot, window, "deposit cancelled") == "cancelled"
+    with open_library() as lib:
+        assert lib.count() == 0
+
+
+def test_table_model_handles_10k_rows(qtbot):
+    from app.library_view import Row
+
+    model = EntriesModel()
+    model.set_rows([Row(i, "document", f"entry {i}", (i * 7919) % 5000, i % 2 == 0, "local", True, None) for i in range(10_000)])
+    proxy = sorted_view(model)
+    proxy.sort(3, Qt.DescendingOrder)
+    assert proxy.rowCount() == 10_000
+    top = model.row_at(proxy.mapToSource(proxy.index(0, 0)).row())
+    assert top.tokens == max((i * 7919) % 5000 for i in range(10_000))

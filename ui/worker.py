@@ -1,0 +1,230 @@
+"""The one worker thread that owns the engine: every llama.cpp call of the app happens here.
+
+The GUI thread talks to it only through queued signals (WorkerClient) and never waits on it.
+Long operations report progress and check a cancel flag between chunks/items.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QThread, Signal, Slot
+
+from app.ask import ask as run_ask
+from app.errors import Cancelled as OperationCancelled
+from app.errors import EngineError, LibraryError
+from app.library_service import LibraryService, open_library
+from app.packs import export_pack, import_pack
+from app.problems import read_jsonl
+from app.runtime import Settings, open_engine
+from app.verify import library_items, run_verify
+
+
+class Cancelled(Exception):
+    pass
+
+
+class EngineWorker(QObject):
+    ready = Signal(dict)  # model name, backend, fingerprint, n_ctx
+    status = Signal(str)
+    progress = Signal(str, int, int)  # stage, done, total
+    token = Signal(str)
+    answered = Signal(dict)
+    deposited = Signal(dict)
+    imported = Signal(dict)  # {imported, skipped, refused: [{file, reason}]}
+    verified = Signal(dict)
+    exported = Signal(dict)
+    library_changed = Signal()
+    failed = Signal(str, str)  # operation, message
+    busy = Signal(bool)
+
+    def __init__(self, settings: Settings, engine=None) -> None:
+        super().__init__()
+        self.settings = settings
+        self.engine = engine  # tests inject an already-loaded engine
+        self._cancel = threading.Event()
+        self._lib = None
+
+    # -- called from the GUI thread directly: only sets a flag -----------------------------------
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def _service(self) -> LibraryService:
+        if self._lib is None:
+            self._lib = open_library()
+        return LibraryService(self.engine, self._lib)
+
+    def _check_cancel(self) -> None:
+        if self._cancel.is_set():
+            raise Cancelled()
+
+    def _progress(self, stage: str):
+        def report(done: int, total: int, *_):
+            self.progress.emit(stage, done, total)
+            return not self._cancel.is_set()
+
+        return report
+
+    def _run(self, op: str, fn) -> None:
+        if self.engine is None and op != "start":
+            self.failed.emit(op, "the model is not loaded yet")
+            return
+        self._cancel.clear()
+        self.busy.emit(True)
+        try:
+            fn()
+        except Cancelled:
+            self.failed.emit(op, "cancelled")
+        except OperationCancelled:
+            self.failed.emit(op, "cancelled")
+        except Exception as exc:  # every error reaches the user as a message, never a crash
+            if not isinstance(exc, (EngineError, LibraryError)):
+                traceback.print_exc()
+            self.failed.emit(op, str(exc) or type(exc).__name__)
+        finally:
+            self.busy.emit(False)
+
+    # -- operations (slots run in the worker thread) ------------------------------------------
+    @Slot()
+    def start(self) -> None:
+        def go():
+            if self.engine is None:
+                self.status.emit("putting the model in place...")
+                self.engine = open_engine(self.settings, on_progress=self.status.emit)
+            info = self.engine.model.info
+            self.ready.emit({"model": info.name, "path": info.path, "backend": self.engine.backend,
+                             "fingerprint": self.engine.fingerprint, "n_ctx": self.engine.config.n_ctx})
+
+        self._run("start", go)
+
+    @Slot(str)
+    def ask(self, question: str) -> None:
+        def stream(_tok: int, piece: str) -> bool:
+            self.token.emit(piece)
+            return not self._cancel.is_set()
+
+        def go():
+            r = run_ask(self._service(), question, on_token=stream)
+            self.answered.emit({**r.as_dict(), "provenance": r.provenance()})
+
+        self._run("ask", go)
+
+    @Slot(str, str, str)
+    def deposit(self, text: str, question: str, answer: str) -> None:
+        def go():
+            res = self._service().deposit(text, question=question or None, answer=answer or None,
+                                          on_progress=self._progress("prefill"))
+            self.deposited.emit(res.as_dict())
+            self.library_changed.emit()
+
+        self._run("deposit", go)
+
+    @Slot(list)
+    def import_files(self, paths: list) -> None:
+        def go():
+            service = self._service()
+            summary = {"imported": 0, "skipped": 0, "refused": []}
+            for k, p in enumerate(paths):
+                self._check_cancel()
+                p = Path(p)
+                try:
+                    if p.suffix == ".jsonl":
+                        problems = read_jsonl(p)
+                        for i, prob in enumerate(problems):
+                            self._check_cancel()
+                            res = service.deposit_solution(prob.question, prob.solution, prob.answer, checker=prob.checker)
+                            summary["imported" if res.created else "skipped"] += 1
+                            self.progress.emit(f"building {p.name}", i + 1, len(problems))
+                    else:
+                        res = import_pack(service, p, progress=lambda st, d, t: self.progress.emit(f"{p.name}: {st}", d, t))
+                        summary["imported"] += res["imported"]
+                        summary["skipped"] += res["skipped"]
+                except Cancelled:
+                    raise
+                except Exception as exc:
+                    summary["refused"].append({"file": str(p), "reason": str(exc)})
+                self.progress.emit("files", k + 1, len(paths))
+            self.imported.emit(summary)
+            self.library_changed.emit()
+
+        self._run("import", go)
+
+    @Slot(list, bool)
+    def verify(self, ids: list, replay: bool) -> None:
+        def go():
+            service = self._service()
+            entries = [service.library.get(int(i)) for i in ids] if ids else service.library.entries()
+            items = library_items(service, entries)
+
+            def progress(stage, done, total):
+                self.progress.emit("verify", done, total)
+                self._check_cancel()
+
+            out = run_verify(service, items, [{"type": "library", "entries": len(items)}], replay, 1, progress=progress)
+            self.verified.emit(out)
+            self.library_changed.emit()
+
+        self._run("verify", go)
+
+    @Slot(list, str)
+    def export(self, ids: list, path: str) -> None:
+        def go():
+            service = self._service()
+            self.exported.emit(export_pack(service, [service.library.get(int(i)) for i in ids], Path(path)))
+
+        self._run("export", go)
+
+    @Slot(list)
+    def remove(self, ids: list) -> None:
+        def go():
+            service = self._service()
+            for i in ids:
+                service.library.remove(int(i))
+            self.library_changed.emit()
+
+        self._run("remove", go)
+
+    @Slot()
+    def shutdown(self) -> None:
+        if self._lib is not None:
+            self._lib.close()
+            self._lib = None
+
+
+class WorkerClient(QObject):
+    """Lives in the GUI thread; its signals queue requests to the worker thread."""
+
+    request_start = Signal()
+    request_ask = Signal(str)
+    request_deposit = Signal(str, str, str)
+    request_import = Signal(list)
+    request_verify = Signal(list, bool)
+    request_export = Signal(list, str)
+    request_remove = Signal(list)
+    request_shutdown = Signal()
+
+    def __init__(self, worker: EngineWorker) -> None:
+        super().__init__()
+        self.worker = worker
+        self.thread = QThread()
+        self.thread.setObjectName("kvgraft-engine")
+        worker.moveToThread(self.thread)
+        self.request_start.connect(worker.start)
+        self.request_ask.connect(worker.ask)
+        self.request_deposit.connect(worker.deposit)
+        self.request_import.connect(worker.import_files)
+        self.request_verify.connect(worker.verify)
+        self.request_export.connect(worker.export)
+        self.request_remove.connect(worker.remove)
+        self.request_shutdown.connect(worker.shutdown)
+        self.thread.start()
+
+    def stop(self, timeout_ms: int = 60_000) -> bool:
+        """Cancel what runs, close the worker's library, stop the thread; True when it stopped."""
+        self.worker.cancel()
+        self.request_shutdown.emit()
+        self.thread.quit()
+        return self.thread.wait(timeout_ms)
