@@ -6,13 +6,16 @@ PY     := $(VENV)/bin/python
 CUDA   ?= 0
 STAMP  := $(VENV)/.installed-cuda$(CUDA)
 
-.PHONY: setup demo test test-slow golden clean help
+.PHONY: setup demo test test-slow golden bundle install-desktop screenshot clean help
 
 help:
 	@echo "make demo       set up .venv and run the main job on the embedded model"
 	@echo "make test       set up .venv and run the test suite (CI runs this)"
 	@echo "make test-slow  also run the slow cases (8K-token prefixes, large runs)"
 	@echo "make demo CUDA=1  build llama-cpp-python with CMAKE_ARGS=-DGGML_CUDA=on"
+	@echo "make bundle     one-folder app in dist/kvgraft (PyInstaller), then its smoke test"
+	@echo "make install-desktop  a .desktop entry and icon for double-click start (Linux)"
+	@echo "make screenshot render docs/screenshot.png with a populated library (offscreen)"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,5 +42,21 @@ test-slow: setup
 golden: setup
 	$(PY) scripts/make_golden.py
 
+bundle: setup
+	$(PY) -m pip install -q '.[bundle]'
+	$(VENV)/bin/pyinstaller --noconfirm --clean --distpath dist --workpath build/pyinstaller packaging/kvgraft.spec
+	packaging/smoke_test.sh dist/kvgraft/kvgraft
+
+DESKTOP_DIR ?= $(HOME)/.local/share/applications
+ICON_DIR    ?= $(HOME)/.local/share/icons/hicolor/scalable/apps
+install-desktop: setup
+	mkdir -p $(DESKTOP_DIR) $(ICON_DIR)
+	cp packaging/kvgraft.svg $(ICON_DIR)/kvgraft.svg
+	sed -e "s|@EXEC@|$(abspath $(VENV))/bin/kvgraft-app|" -e "s|@ICON@|kvgraft|" packaging/kvgraft.desktop.in > $(DESKTOP_DIR)/kvgraft.desktop
+	@echo "installed $(DESKTOP_DIR)/kvgraft.desktop"
+
+screenshot: setup
+	QT_QPA_PLATFORM=offscreen $(PY) scripts/screenshot.py
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

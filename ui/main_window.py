@@ -347,8 +347,14 @@ class MainWindow(QMainWindow):
 
 
 def run(argv: list[str] | None = None) -> int:
-    app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
+    """Open the window. Files named on the command line (a file manager's "Open with kvgraft",
+    the desktop entry's %F) are opened as if dropped on it."""
+    argv = list(sys.argv if argv is None else argv)
+    app = QApplication.instance() or QApplication(argv[:1])
     app.setApplicationName("kvgraft")
     win = MainWindow()
     win.show()
+    files = [a for a in argv[1:] if not a.startswith("-")]
+    if files:
+        QTimer.singleShot(0, lambda: win.open_files(files))
     return app.exec()

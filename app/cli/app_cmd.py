@@ -8,8 +8,9 @@ import click
 
 
 @click.command(name="app")
-def app_cmd() -> None:
-    """Open the kvgraft desktop window."""
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
+def app_cmd(files) -> None:
+    """Open the kvgraft desktop window; FILES (.kvpack, .jsonl, .gguf) are opened as if dropped on it."""
     from ui.main_window import run
 
-    sys.exit(run(sys.argv[:1]))
+    sys.exit(run(sys.argv[:1] + list(files)))

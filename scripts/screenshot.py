@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Render the main window with a populated library to docs/screenshot.png (offscreen).
+
+Uses a temporary KVGRAFT_HOME and QSettings file: deposits a few of the starter problems and a
+document through the real engine, asks one question, and grabs the window (Ask tab) and the
+Library tab (docs/screenshot-library.png).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ["KVGRAFT_HOME"] = tempfile.mkdtemp(prefix="kvgraft-shot-")
+
+from PySide6.QtCore import QSettings  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
+
+from app.library_service import LibraryService, open_library  # noqa: E402
+from app.problems import starter_problems  # noqa: E402
+from app.runtime import Settings, open_engine  # noqa: E402
+from app.textgen import synthetic_text  # noqa: E402
+from ui.main_window import MainWindow  # noqa: E402
+
+
+def main() -> None:
+    app = QApplication(sys.argv[:1])
+    engine = open_engine(Settings())
+    problems = sorted(starter_problems(24), key=lambda p: len(p.solution))[:6]
+    with open_library() as lib:
+        service = LibraryService(engine, lib)
+        for p in problems:
+            service.deposit_solution(p.question, p.solution, p.answer)
+        service.deposit(synthetic_text(900, seed=3), title="Field notes: the river, the mill and the harbor")
+    qs = QSettings(str(Path(os.environ["KVGRAFT_HOME"]) / "settings.ini"), QSettings.IniFormat)
+    win = MainWindow(qs, engine=engine)
+    win.show_message = lambda *a: None
+    win.resize(1100, 620)
+    win.show()
+
+    def wait(cond, timeout=120):
+        t = time.time()
+        while not cond() and time.time() - t < timeout:
+            app.processEvents()
+            time.sleep(0.02)
+
+    wait(lambda: bool(win.engine_info))
+    win.question.setText(problems[3].question)
+    win.ask()
+    wait(lambda: win.last_answer is not None)
+    app.processEvents()
+    out = REPO / "docs"
+    win.grab().save(str(out / "screenshot.png"))
+    win.tabs.setCurrentIndex(1)
+    app.processEvents()
+    win.grab().save(str(out / "screenshot-library.png"))
+    win.close()
+    print(f"wrote {out / 'screenshot.png'} and {out / 'screenshot-library.png'}")
+
+
+if __name__ == "__main__":
+    main()
