@@ -33,7 +33,8 @@ class LibraryView:
     def rows(self, fingerprint: str | None, query: str | None = None, limit: int = 100_000) -> list[Row]:
         fp = fingerprint or ""
         base = ("SELECT e.id, e.kind, coalesce(e.title, e.question, ''), e.n_tokens, e.answer IS NOT NULL, "
-                "CASE WHEN e.pack_id IS NULL THEN e.source ELSE 'pack ' || coalesce(p.file_name, e.pack_id) END, "
+                "CASE WHEN e.pack_id IS NULL THEN e.source ELSE coalesce(p.file_name, e.pack_id) || "
+                "CASE WHEN p.signer IS NULL THEN ' (unsigned)' ELSE ' (signed ' || p.signer || ')' END END, "
                 "e.fingerprint = ? AND e.damaged IS NULL, e.damaged FROM entries e LEFT JOIN packs p ON p.id = e.pack_id")
         if query and query.strip():
             ids = [e.id for e in self.library.search(query, limit=limit)]

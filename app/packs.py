@@ -20,11 +20,13 @@ from library.errors import StorageFull
 from library.importer import commit_pack
 from library.pack import FORMAT_VERSION, PackError, PackReader, pack_sha256, write_pack
 from library.records import Entry
+from library.signing import TrustStore, public_identity
 from library.tokens import tokens_sha256
 
 from . import __version__
 from .checker import get_checker
 from .library_service import LibraryService, model_record
+from .paths import data_dir
 from .problems import read_jsonl
 
 log = logging.getLogger(__name__)
@@ -36,7 +38,16 @@ def _noop(stage: str, done: int, total: int) -> None:
     pass
 
 
-def export_pack(service_or_library, entries: list[Entry], path: Path) -> dict:
+def trust_store(root: Path | None = None) -> TrustStore:
+    """The trusted signer keys of a library (default: the data dir's)."""
+    return TrustStore((root or data_dir()) / "trusted_keys.json")
+
+
+def keys_dir() -> Path:
+    return data_dir() / "keys"
+
+
+def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: Path | None = None) -> dict:
     """Write `entries` (one fingerprint) to a pack; blobs are read from the library and checked."""
     lib = getattr(service_or_library, "library", service_or_library)
     if not entries:
@@ -65,8 +76,10 @@ def export_pack(service_or_library, entries: list[Entry], path: Path) -> dict:
         ],
     }
     by_sha = {e.blob_sha256: e for e in entries}
-    size = write_pack(path, manifest, ((sha, lambda e=e: bytes(lib.read_blob(e))) for sha, e in by_sha.items()))
-    return {"file": str(path), "entries": len(entries), "blobs": len(by_sha), "bytes": size, "sha256": pack_sha256(path)}
+    size = write_pack(path, manifest, ((sha, lambda e=e: bytes(lib.read_blob(e))) for sha, e in by_sha.items()),
+                      sign_key=sign_key)
+    return {"file": str(path), "entries": len(entries), "blobs": len(by_sha), "bytes": size, "sha256": pack_sha256(path),
+            "signed_by": public_identity(sign_key).key_id if sign_key else None}
 
 
 def validate_pack(service: LibraryService, reader: PackReader, progress: Progress = _noop) -> list[list[int]]:
@@ -111,10 +124,24 @@ def validate_pack(service: LibraryService, reader: PackReader, progress: Progres
     return tokens
 
 
-def import_pack(service: LibraryService, path: Path, rebuild: bool = False, progress: Progress = _noop) -> dict:
+def check_signature_policy(reader: PackReader, require_signed: bool, trust: TrustStore) -> str | None:
+    """The signer's key id (None when unsigned); refuses what --require-signed does not allow."""
+    signer = reader.signer
+    if require_signed:
+        if signer is None:
+            raise PackError(f"the pack is not signed ({reader.signature_error}); --require-signed refuses it")
+        if trust.name_of(signer.key_id) is None:
+            raise PackError(f"the pack is signed by key {signer.key_id}, which is not in your trusted keys "
+                            "(kvgraft keys trust PUBLIC_KEY)")
+    return signer.key_id if signer else None
+
+
+def import_pack(service: LibraryService, path: Path, rebuild: bool = False, progress: Progress = _noop,
+                require_signed: bool = False) -> dict:
     """Import one pack: all of it or nothing. Raises PackError with the reason when refused."""
     path = Path(path)
     with PackReader(path) as reader:
+        signer = check_signature_policy(reader, require_signed, trust_store(service.library.root))
         m = reader.manifest
         engine = service.engine
         if rebuild and (m.fingerprint != engine.fingerprint or m.model_sha256 != engine.model.info.sha256):
@@ -124,9 +151,9 @@ def import_pack(service: LibraryService, path: Path, rebuild: bool = False, prog
         free = shutil.disk_usage(service.library.root).free
         if need > free:
             raise StorageFull(f"the pack needs {need / 1e6:,.0f} MB and the disk has {free / 1e6:,.0f} MB free")
-        res = commit_pack(service.library, reader, tokens, pack_sha256(path), model_record(engine),
+        res = commit_pack(service.library, reader, tokens, pack_sha256(path), model_record(engine), signer=signer,
                           on_progress=lambda d, t: progress("copy", d, t))
-    return {"file": str(path), "imported": res["imported"], "skipped": res["skipped"], "rebuilt": 0}
+    return {"file": str(path), "imported": res["imported"], "skipped": res["skipped"], "rebuilt": 0, "signed_by": signer}
 
 
 def _rebuild(service: LibraryService, reader: PackReader, progress: Progress) -> dict:
@@ -138,7 +165,8 @@ def _rebuild(service: LibraryService, reader: PackReader, progress: Progress) ->
         imported += res.created
         skipped += not res.created
         progress("rebuild", i + 1, len(entries))
-    return {"file": str(reader.path), "imported": imported, "skipped": skipped, "rebuilt": imported}
+    return {"file": str(reader.path), "imported": imported, "skipped": skipped, "rebuilt": imported,
+            "signed_by": reader.signer.key_id if reader.signer else None}
 
 
 def build_pack(service: LibraryService, jsonl: Path, out: Path, progress: Progress = _noop) -> dict:

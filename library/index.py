@@ -205,6 +205,12 @@ class Library:
             return Entry.from_row(row)
         raise EntryNotFound(f"no entry #{entry_id}")
 
+    def pack(self, pack_id: int) -> dict | None:
+        """The record of an imported pack: file name, SHA-256, format version, signer key id (or None)."""
+        for row in self.db.query("SELECT * FROM packs WHERE id = ?", [pack_id]):
+            return dict(row)
+        return None
+
     def entries(self, limit: int | None = None, offset: int = 0, kind: str | None = None) -> list[Entry]:
         sql = "SELECT * FROM entries" + (" WHERE kind = ?" if kind else "") + " ORDER BY id"
         args: list = [kind] if kind else []

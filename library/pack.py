@@ -20,6 +20,7 @@ from typing import Callable, Iterable
 
 from .errors import LibraryError
 from .records import KINDS
+from .signing import SIGNATURE, Signer, SigningError, sign_manifest, verify_signature
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -156,6 +157,7 @@ class PackReader:
             self.members = self._check_members()
             self.manifest = parse_manifest(self._read_manifest())
             self._check_blobs_match_manifest()
+            self.signer, self.signature_error = self._check_signature()
         except BaseException:
             self.zip.close()
             raise
@@ -189,11 +191,11 @@ class PackReader:
                 raise _fail(f"member {name!r} is a directory; packs hold only files")
             if info.flag_bits & 0x1:
                 raise _fail(f"member {name!r} is encrypted")
-            if name != MANIFEST and not _BLOB_MEMBER.match(name):
-                raise _fail(f"member {name!r} is not part of the pack format (only manifest.json and blobs/<sha256>)")
+            if name not in (MANIFEST, SIGNATURE) and not _BLOB_MEMBER.match(name):
+                raise _fail(f"member {name!r} is not part of the pack format (only manifest.json, signature.json and blobs/<sha256>)")
             if info.compress_size > self.archive_size:
                 raise _fail(f"member {name!r} declares {info.compress_size:,} bytes but the archive is {self.archive_size:,}")
-            if name != MANIFEST:
+            if _BLOB_MEMBER.match(name):
                 if info.compress_type != zipfile.ZIP_STORED:
                     raise _fail(f"blob member {name!r} is compressed; blobs must be stored uncompressed")
                 if info.file_size != info.compress_size:
@@ -214,6 +216,7 @@ class PackReader:
             raise _fail(f"manifest.json cannot be read: {exc}") from exc
         if len(data) > MAX_MANIFEST_BYTES:
             raise _fail("manifest.json is larger than it declares (zip bomb?)")
+        self.manifest_bytes = data
         try:
             return json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -240,6 +243,26 @@ class PackReader:
         if total > self.archive_size:
             raise _fail(f"the blobs declare {total:,} bytes in all but the archive is {self.archive_size:,}")
 
+    def _check_signature(self) -> tuple[Signer | None, str | None]:
+        """(signer, None) for a pack whose signature verifies; (None, why) when it cannot be checked.
+
+        A signature that is present and does not verify is refused outright (PackError)."""
+        info = self.members.get(SIGNATURE)
+        if info is None:
+            return None, "unsigned"
+        if info.file_size > 64 << 10:
+            raise _fail("signature.json is larger than a signature can be")
+        try:
+            member = self.zip.read(info)
+        except Exception as exc:
+            raise _fail(f"signature.json cannot be read: {exc}") from exc
+        try:
+            return verify_signature(self.manifest_bytes, member), None
+        except SigningError as exc:
+            if "needs the optional" in str(exc):
+                return None, str(exc)
+            raise _fail(str(exc)) from exc
+
     def blob_shas(self) -> list[str]:
         return sorted({e.blob_sha256 for e in self.manifest.entries})
 
@@ -260,14 +283,20 @@ class PackReader:
         return data
 
 
-def write_pack(path: Path, manifest: dict, blobs: Iterable[tuple[str, Callable[[], bytes]]]) -> int:
-    """Write a pack atomically (temp file, fsync, rename); return its size. Blobs are stored uncompressed."""
+def write_pack(path: Path, manifest: dict, blobs: Iterable[tuple[str, Callable[[], bytes]]],
+               sign_key: Path | None = None) -> int:
+    """Write a pack atomically (temp file, fsync, rename); return its size. Blobs are stored
+    uncompressed. With `sign_key` (an Ed25519 private key file) the manifest bytes are signed."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    manifest_bytes = json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8")
+    signature = sign_manifest(manifest_bytes, sign_key) if sign_key is not None else None
     try:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
-            z.writestr(zipfile.ZipInfo(MANIFEST, date_time=(2000, 1, 1, 0, 0, 0)),
-                       json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8"), compress_type=zipfile.ZIP_DEFLATED)
+            z.writestr(zipfile.ZipInfo(MANIFEST, date_time=(2000, 1, 1, 0, 0, 0)), manifest_bytes,
+                       compress_type=zipfile.ZIP_DEFLATED)
+            if signature is not None:
+                z.writestr(zipfile.ZipInfo(SIGNATURE, date_time=(2000, 1, 1, 0, 0, 0)), signature)
             seen = set()
             for sha, load in blobs:
                 if sha in seen:

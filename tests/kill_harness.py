@@ -80,3 +80,34 @@ def kill_trials(home: Path, trials: int, seed: int = 7, log=lambda msg: None) ->
         where = "after spawn" if during_start else "after ready"
         log(f"trial {trial + 1}/{trials}: killed {delay:.3f} s {where}, fsck ok, {len(present)} entries intact")
     return {"trials": trials, "deposit_s": op, "entries_committed": len(committed), "entries_lost": lost}
+
+
+def import_kill_trials(home: Path, trials: int, seed: int = 11, log=lambda msg: None) -> dict:
+    """Kill importing workers at random points: every pack is in the library whole, or not at all."""
+    Library(home).close()
+    rng = random.Random(seed)
+    partial = lost = 0
+    committed: dict[str, int] = {}
+    for trial in range(trials):
+        during_start = trial % 10 == 9
+        delay = rng.uniform(0, START_UP_S) if during_start else rng.uniform(0, 0.6)
+        for line in run_and_kill(home, "import", 2000 + trial, delay, after_ready=not during_start):
+            parts = line.split()
+            if parts and parts[0] == "imported":
+                committed[parts[1]] = int(parts[2])
+        with Library(home) as lib:
+            report = fsck(lib)
+            if not report["ok"]:
+                raise AssertionError(f"trial {trial}: fsck found problems: {report['problems']}")
+            packs = {r["sha256"]: (r["id"], r["n_entries"]) for r in lib.db.query("SELECT * FROM packs")}
+            for sha, (pid, n) in packs.items():
+                have = lib.db.execute("SELECT count(*) FROM entries WHERE pack_id = ?", [pid]).fetchone()[0]
+                if have != n:
+                    partial += 1
+            orphans = lib.db.execute("SELECT count(*) FROM entries WHERE pack_id IS NOT NULL AND pack_id NOT IN (SELECT id FROM packs)").fetchone()[0]
+            partial += orphans
+            lost += sum(1 for sha in committed if sha not in packs)
+        if partial or lost:
+            raise AssertionError(f"trial {trial}: {partial} partial imports, {lost} committed packs lost")
+        log(f"import trial {trial + 1}/{trials}: killed {delay:.3f} s in, {len(packs)} packs whole, fsck ok")
+    return {"trials": trials, "packs_committed": len(committed), "partial_imports": partial, "entries_lost": lost}

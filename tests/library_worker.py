@@ -2,7 +2,8 @@
 
     python tests/library_worker.py HOME MODE COUNT SEED [BLOB_BYTES]
 
-MODE: deposit (COUNT deposits), gc (COUNT gc passes), mixed (deposit, and every 5th op an rm + gc).
+MODE: deposit (COUNT deposits), gc (COUNT gc passes), mixed (deposit, and every 5th op an rm + gc),
+import (COUNT imports of synthetic 5-entry packs; prints "imported <pack sha256> <entries>").
 Prints one line per committed deposit, "committed <id> <blob_sha256>", flushed, so a parent
 that kills this process knows exactly what had been committed.
 """
@@ -23,6 +24,36 @@ from library.maintenance import gc  # noqa: E402
 FINGERPRINT = "f" * 64
 
 
+def _import_synthetic_pack(lib: Library, home: Path, rng: random.Random, seed: int, i: int, blob_bytes: int):
+    """Write a 5-entry pack of random blobs and commit it (the library half of an import)."""
+    from library.importer import commit_pack
+    from library.pack import PackReader, pack_sha256, write_pack
+    from library.records import ModelRecord
+    from library.tokens import tokens_sha256
+
+    entries, blobs, toks = [], {}, []
+    for k in range(5):
+        t = [rng.randrange(262144) for _ in range(rng.randint(8, 200))]
+        blob = rng.randbytes(blob_bytes)
+        import hashlib
+
+        sha = hashlib.sha256(blob).hexdigest()
+        blobs[sha] = blob
+        toks.append(t)
+        entries.append({"blob_sha256": sha, "blob_size": len(blob), "kind": "document", "title": None,
+                        "question": f"pack {seed}-{i} item {k}", "text": f"pack {seed}-{i} item {k}", "answer": None,
+                        "n_tokens": len(t), "tokens_sha256": tokens_sha256(t), "checker": None, "receipt": None})
+    manifest = {"format_version": 1, "kvgraft_version": "test", "model": {"sha256": "a" * 64, "name": "m", "architecture": "x"},
+                "fingerprint": FINGERPRINT, "entries": entries}
+    path = home.parent / f"worker-{seed}-{i}.kvpack"
+    write_pack(path, manifest, [(sha, lambda b=b: b) for sha, b in blobs.items()])
+    sha = pack_sha256(path)
+    with PackReader(path) as reader:
+        res = commit_pack(lib, reader, toks, sha, ModelRecord("a" * 64, "m", "x", 1))
+    path.unlink()
+    return sha, res["imported"]
+
+
 def main() -> int:
     home, mode, count, seed = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     blob_bytes = int(sys.argv[5]) if len(sys.argv) > 5 else 4096
@@ -41,6 +72,9 @@ def main() -> int:
                 lib.remove(entry.id)
                 print(f"removed {entry.id}", flush=True)
                 gc(lib, grace_s=0)
+        elif mode == "import":
+            n = _import_synthetic_pack(lib, home, rng, seed, i, blob_bytes)
+            print(f"imported {n[0]} {n[1]}", flush=True)
         elif mode == "gc":
             gc(lib, grace_s=0)
             print(f"gc {i + 1}", flush=True)

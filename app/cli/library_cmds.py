@@ -11,6 +11,7 @@ from library.maintenance import fsck as run_fsck
 from library.maintenance import gc as run_gc
 
 from ..library_service import LibraryService, open_library
+from ..packs import trust_store
 from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors, token_progress
 
 
@@ -111,18 +112,32 @@ def show(entry_id, as_json) -> None:
     """Show one entry: its provenance, hashes and text."""
     with open_library() as lib:
         e = lib.get(entry_id)
+        pack = lib.pack(e.pack_id) if e.pack_id else None
+    provenance = provenance_text(pack)
     if as_json:
-        emit_json(e.as_dict())
+        emit_json(e.as_dict() | {"provenance": provenance, "signed_by": pack["signer"] if pack else None})
         return
     rows = [
         ("entry", f"#{e.id} ({e.kind})"), ("title", e.title), ("question", e.question), ("answer", e.answer),
         ("tokens", f"{e.n_tokens:,} (sha256 {e.tokens_sha256})"),
         ("blob", f"{e.blob_sha256} ({e.blob_size:,} bytes)"), ("fingerprint", e.fingerprint),
-        ("model", e.model_sha256), ("source", e.source + (f" (pack #{e.pack_id})" if e.pack_id else "")),
+        ("model", e.model_sha256), ("source", provenance),
         ("created", e.created_at), ("verified", e.verified_at), ("damaged", e.damaged),
     ]
     click.echo("\n".join(f"{k:<12} {v}" for k, v in rows if v is not None))
     click.echo("\n" + e.text)
+
+
+def provenance_text(pack: dict | None) -> str:
+    """'local deposit', or the pack it came from and whether that pack was signed."""
+    if pack is None:
+        return "local deposit"
+    if pack["signer"]:
+        name = trust_store().name_of(pack["signer"])
+        signed = f"signed by {pack['signer']}" + (f" ({name})" if name else " (not in your trusted keys)")
+    else:
+        signed = "unsigned"
+    return f"pack {pack['file_name']} (#{pack['id']}, sha256 {pack['sha256'][:16]}...), {signed}"
 
 
 @click.command()

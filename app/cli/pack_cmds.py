@@ -12,6 +12,7 @@ from library.errors import LibraryError
 from ..library_service import LibraryService, open_library
 from ..packs import build_pack, export_pack, import_pack
 from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors, stage_progress
+from .keys_cmds import resolve_key
 
 
 @click.command()
@@ -19,9 +20,10 @@ from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors,
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The .kvpack file to write.")
 @click.option("--query", help="Export the entries a full-text search finds.")
 @click.option("--all", "all_", is_flag=True, help="Export every entry.")
+@click.option("--sign", "sign", metavar="KEY", help="Sign the pack with this key (a name from `kvgraft keys list`, or a key file).")
 @click.option("--json", "as_json", is_flag=True, help="Print file, entries, blobs, bytes and sha256 as JSON.")
 @handle_errors
-def export(entry_ids, output, query, all_, as_json) -> None:
+def export(entry_ids, output, query, all_, sign, as_json) -> None:
     """Write entries (by id, by --query, or --all) to a verified solution pack."""
     if sum(bool(x) for x in (entry_ids, query, all_)) != 1:
         raise click.UsageError("choose the entries: IDs, --query TEXT or --all (exactly one)")
@@ -32,20 +34,22 @@ def export(entry_ids, output, query, all_, as_json) -> None:
             entries = lib.search(query, limit=1_000_000)
         else:
             entries = [lib.get(i) for i in entry_ids]
-        res = export_pack(lib, entries, output)
+        res = export_pack(lib, entries, output, sign_key=resolve_key(sign) if sign else None)
     if as_json:
         emit_json(res)
     else:
-        click.echo(f"wrote {res['file']}: {res['entries']} entries, {res['blobs']} blobs, {res['bytes'] / 1e6:.1f} MB, sha256 {res['sha256']}")
+        click.echo(f"wrote {res['file']}: {res['entries']} entries, {res['blobs']} blobs, {res['bytes'] / 1e6:.1f} MB, sha256 {res['sha256']}"
+                   + (f", signed by {res['signed_by']}" if res["signed_by"] else ", unsigned"))
 
 
 @click.command(name="import")
 @click.argument("files", type=click.Path(dir_okay=False, path_type=Path), nargs=-1, required=True)
 @click.option("--rebuild", is_flag=True, help="A pack for another model or fingerprint: import its texts and rebuild the blobs here.")
+@click.option("--require-signed", is_flag=True, help="Refuse packs that are not signed by a trusted key (kvgraft keys).")
 @click.option("--json", "as_json", is_flag=True, help="Print imported, skipped (counts) and refused [{file, reason}] as JSON.")
 @engine_options
 @handle_errors
-def import_(state, files, rebuild, as_json) -> None:
+def import_(state, files, rebuild, require_signed, as_json) -> None:
     """Import verified solution packs; each is checked completely, then imported whole or refused.
 
     Exit 0 when every pack was imported (entries already in the library are skipped), 1 when any
@@ -58,7 +62,8 @@ def import_(state, files, rebuild, as_json) -> None:
         service = LibraryService(engine, lib)
         for f in files:
             try:
-                res = import_pack(service, f, rebuild=rebuild, progress=stage_progress(f"import {Path(f).name}"))
+                res = import_pack(service, f, rebuild=rebuild, progress=stage_progress(f"import {Path(f).name}"),
+                                  require_signed=require_signed)
             except LibraryError as exc:
                 refused.append({"file": str(f), "reason": str(exc)})
                 if not as_json:
@@ -68,7 +73,8 @@ def import_(state, files, rebuild, as_json) -> None:
             skipped += res["skipped"]
             if not as_json:
                 click.echo(f"imported {f}: {res['imported']} entries" + (f", {res['skipped']} already present" if res["skipped"] else "")
-                           + (f" ({res['rebuilt']} rebuilt here)" if res["rebuilt"] else ""))
+                           + (f" ({res['rebuilt']} rebuilt here)" if res["rebuilt"] else "")
+                           + (f", signed by {res['signed_by']}" if res["signed_by"] else ", unsigned"))
     if as_json:
         emit_json({"imported": imported, "skipped": skipped, "refused": refused})
     if refused:
