@@ -9,7 +9,7 @@ from typing import Callable
 
 from engine.engine import Engine
 from engine.errors import EngineError, FingerprintMismatch
-from engine.session import GraftResult, Session, Snapshot
+from engine.session import GraftResult, Session
 from library.index import Library
 from library.records import Entry, ModelRecord
 from library.tokens import tokens_sha256
@@ -113,10 +113,9 @@ class LibraryService:
                 f"entry #{entry.id} was made under another engine fingerprint; rebuild it from its text"
             )
         t0 = time.perf_counter()
-        data = self.library.read_blob(entry)
+        buf = self.library.read_blob(entry)  # integrity-checked, our own buffer: grafted without a copy
         read_ms = (time.perf_counter() - t0) * 1e3
-        snap = Snapshot(data, tuple(entry.tokens), entry.fingerprint, entry.blob_sha256)
-        g = session.graft(snap, bytes_verified=True)
+        g = session.graft_buffer(buf, entry.tokens)
         return GraftResult(g.n_tokens, g.validate_ms + read_ms, g.restore_ms)
 
 

@@ -30,7 +30,7 @@ from .errors import (
     SnapshotError,
     ThreadOwnershipError,
 )
-from .state import parse_state, seq_payload
+from .state import parse_state, seq_payload, write_seq_header
 
 log = logging.getLogger(__name__)
 
@@ -317,6 +317,40 @@ class Session:
         if read != len(payload):
             llama.llama_memory_clear(self._mem, True)
             raise SnapshotError(f"llama.cpp refused the snapshot (read {read} of {len(payload)} bytes)")
+        self.tokens = [int(t) for t in tokens]
+        self._has_logits = False
+        return GraftResult(parsed.n_tokens, (t1 - t0) * 1e3, (t2 - t1) * 1e3)
+
+    def graft_buffer(self, buf, tokens: Sequence[int]) -> GraftResult:
+        """Graft whole-state bytes the caller owns and has integrity-checked, without copying them.
+
+        The buffer is consumed: once its layout is validated, the 8-byte per-sequence header is
+        written over the end of the whole-state header in place, and llama.cpp reads the payload
+        straight from the buffer (engine/state.py). Falls back to one copy when the architecture
+        name is shorter than 4 bytes (no room for the header).
+        """
+        self._check()
+        if self.tokens:
+            raise EngineError("graft needs an empty context: call reset() first")
+        if memoryview(buf).readonly:
+            raise TypeError("graft_buffer needs a writable buffer (bytearray or private mmap) it may overwrite")
+        t0 = time.perf_counter()
+        parsed = parse_state(buf, self.engine.layout, max_cells=self.n_ctx)
+        if parsed.n_tokens != len(tokens):
+            raise SnapshotError(f"snapshot holds {parsed.n_tokens} cells but {len(tokens)} token ids were given")
+        n_vocab = self.engine.model.info.n_vocab
+        if any(not 0 <= int(t) < n_vocab for t in tokens):
+            raise SnapshotError("snapshot token ids fall outside the model's vocabulary")
+        if parsed.header_size < 8:
+            return self.graft_bytes(buf, tokens)
+        start = write_seq_header(buf, parsed)
+        n = len(buf) - start
+        t1 = time.perf_counter()
+        read = llama.llama_state_seq_set_data(self._ctx, (ctypes.c_uint8 * n).from_buffer(buf, start), n, 0)
+        t2 = time.perf_counter()
+        if read != n:
+            llama.llama_memory_clear(self._mem, True)
+            raise SnapshotError(f"llama.cpp refused the snapshot (read {read} of {n} bytes)")
         self.tokens = [int(t) for t in tokens]
         self._has_logits = False
         return GraftResult(parsed.n_tokens, (t1 - t0) * 1e3, (t2 - t1) * 1e3)

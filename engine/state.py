@@ -282,3 +282,16 @@ def seq_payload(data, parsed: ParsedState, seq_id: int = 0) -> bytearray:
     struct.pack_into("<Ii", out, 0, SEQ_STATE_MAGIC, seq_id)
     out[8:] = payload
     return out
+
+
+def write_seq_header(buf: bytearray, parsed: ParsedState, seq_id: int = 0) -> int:
+    """Overwrite the last 8 bytes of the whole-state header with the per-sequence header, in place.
+
+    Returns the offset where the per-sequence bytes start (`buf[offset:]` is what
+    `llama_state_seq_set_data` reads). The buffer no longer holds the whole-state bytes afterwards.
+    """
+    start = parsed.header_size - 8
+    if start < 0:
+        raise ValueError("the whole-state header is shorter than the per-sequence header")
+    struct.pack_into("<Ii", buf, start, SEQ_STATE_MAGIC, seq_id)
+    return start

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Callable, Sequence
 
+from .blobstore import chunk_digests
 from .errors import LibraryError
 from .index import Library, now
 from .normalize import question_key
@@ -39,17 +40,19 @@ def commit_pack(
     shas = reader.blob_shas()
     pending = lib.mark_pending(shas)
     try:
+        chunks = {}
         for k, sha in enumerate(shas):
+            data = reader.read_blob(sha)  # checked against its SHA-256 again as it is read
             if not (lib.blobs.exists(sha) and lib.blobs.verify(sha) is None):
-                lib.blobs.put(reader.read_blob(sha), sha, trusted=True)
+                lib.blobs.put(data, sha, trusted=True)
+            chunks[sha] = chunk_digests(data)
             if on_progress:
                 on_progress(k + 1, len(shas))
         imported = skipped = 0
         with lib.write():
             lib._insert_model(model)
             for sha in shas:
-                size = reader.members[f"blobs/{sha}"].file_size
-                lib.db["blobs"].insert({"sha256": sha, "size": size, "created_at": now()}, ignore=True)
+                lib.insert_blob_row(sha, reader.members[f"blobs/{sha}"].file_size, chunks[sha])
             row = lib.db.execute("SELECT id FROM packs WHERE sha256 = ?", [pack_sha256]).fetchone()
             if row:
                 pack_id = row[0]

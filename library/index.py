@@ -25,7 +25,7 @@ from typing import Iterator, Sequence
 
 from sqlite_utils import Database
 
-from .blobstore import BlobStore, check_sha
+from .blobstore import BlobStore, check_sha, chunk_digests
 from .errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
 from .normalize import question_key
 from .records import KINDS, Entry, ModelRecord
@@ -133,7 +133,8 @@ class Library:
         [pending_id] = self.mark_pending([sha])  # before the file exists: gc must not take it
         try:
             self.blobs.put(view, sha, trusted=True)
-            entry_id = self._commit_entry(same, pending_id, sha, len(view), dict(
+            chunks = chunk_digests(view)
+            entry_id = self._commit_entry(same, pending_id, sha, len(view), chunks, dict(
                 kind=kind, title=title, question=question, question_key=question_key(question) if question else None,
                 text=text, tokens=pack_tokens(tokens), n_tokens=len(tokens), tokens_sha256=tsha, answer=answer,
                 blob_sha256=sha, blob_size=len(view), fingerprint=fingerprint,
@@ -145,12 +146,12 @@ class Library:
             raise
         return self.get(entry_id), same is None
 
-    def _commit_entry(self, same: Entry | None, pending_id: int, sha: str, size: int, row: dict,
+    def _commit_entry(self, same: Entry | None, pending_id: int, sha: str, size: int, chunks: bytes, row: dict,
                       model: ModelRecord | None) -> int:
         with self.write():
             if model is not None:
                 self._insert_model(model)
-            self.db["blobs"].insert({"sha256": sha, "size": size, "created_at": now()}, ignore=True)
+            self.insert_blob_row(sha, size, chunks)
             if same is not None:  # a damaged twin: the blob is back, clear the mark
                 self.db.execute("UPDATE entries SET damaged = NULL WHERE id = ?", [same.id])
                 entry_id = same.id
@@ -162,6 +163,11 @@ class Library:
                 insert_prefix_keys(self.db, entry_id, row["tokens"], row["n_tokens"])
             self.db.execute("DELETE FROM pending_blobs WHERE id = ?", [pending_id])
         return entry_id
+
+    def insert_blob_row(self, sha: str, size: int, chunks: bytes) -> None:
+        """Record a stored blob (inside a write transaction); an existing row gets its chunk digests if it had none."""
+        self.db["blobs"].insert({"sha256": sha, "size": size, "created_at": now(), "chunks": chunks}, ignore=True)
+        self.db.execute("UPDATE blobs SET chunks = ? WHERE sha256 = ? AND chunks IS NULL", [chunks, sha])
 
     def _insert_model(self, model: ModelRecord) -> None:
         self.db["models"].insert(
@@ -300,7 +306,10 @@ class Library:
 
     def read_blob(self, entry: Entry) -> bytearray:
         """The entry's blob bytes, checked. A missing or corrupt blob marks its entries damaged."""
+        row = self.db.execute("SELECT chunks FROM blobs WHERE sha256 = ?", [entry.blob_sha256]).fetchone()
         try:
+            if row and row[0]:
+                return self.blobs.read_chunked(entry.blob_sha256, entry.blob_size, row[0])
             return self.blobs.read_verified(entry.blob_sha256, entry.blob_size)
         except BlobMissing:
             self.mark_damaged(entry.blob_sha256, "blob missing")

@@ -20,6 +20,7 @@ import socket
 import sqlite3
 import time
 
+from .blobstore import chunk_digests
 from .index import Library
 
 GRACE_S = 3600.0
@@ -71,6 +72,22 @@ def _temp_files(lib: Library, grace_s: float, live_pending: set[str]):
         if t.sha256 in live_pending or _live(t.pid, None, age, grace_s):
             continue
         yield t
+
+
+def _check_chunks(lib: Library, sha: str, problems: list, repaired: list, repair: bool) -> None:
+    """The chunk digests the fast read path checks must be those of the (intact) blob."""
+    row = lib.db.execute("SELECT chunks, size FROM blobs WHERE sha256 = ?", [sha]).fetchone()
+    if row is None:
+        return
+    want = chunk_digests(lib.blobs.path(sha).read_bytes())
+    if row[0] == want:
+        return
+    if repair:
+        with lib.write():
+            lib.db.execute("UPDATE blobs SET chunks = ? WHERE sha256 = ?", [want, sha])
+        repaired.append(f"blob {sha[:16]}...: chunk digests " + ("added" if row[0] is None else "rewritten"))
+    elif row[0] is not None:
+        problems.append({"kind": "chunk_digests", "blob": sha, "detail": "the index's chunk digests do not match the intact blob"})
 
 
 def gc(lib: Library, grace_s: float = GRACE_S) -> dict:
@@ -150,6 +167,7 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
             reason = None
             if check_hashes:
                 intact.add(sha)
+                _check_chunks(lib, sha, problems, repaired, repair)
         if reason:
             bad_blobs.add(sha)
             problems.append({"kind": reason.replace(" ", "_"), "blob": sha, "entries": eids, "detail": f"{reason} ({len(eids)} entries)"})

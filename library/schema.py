@@ -89,6 +89,15 @@ def m004_entry_receipts(db: Database) -> None:
     db["entries"].add_column("checker", str)
 
 
+@migrations()
+def m005_blob_chunks(db: Database) -> None:
+    """SHA-256 of each 2 MiB chunk of a blob, for the parallel integrity check on the graft path.
+
+    Blobs stored before this migration have none and are read with the full SHA-256 check;
+    `kvgraft fsck --repair` adds them."""
+    db["blobs"].add_column("chunks", bytes)
+
+
 def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens: int) -> None:
     tokens = unpack_tokens(tokens_blob)
     keys = prefix_keys(tokens, entry_key_lengths(n_tokens))
@@ -98,4 +107,4 @@ def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens
     )
 
 
-MIGRATIONS = ["m001_core", "m002_fts", "m003_prefix_keys", "m004_entry_receipts"]
+MIGRATIONS = ["m001_core", "m002_fts", "m003_prefix_keys", "m004_entry_receipts", "m005_blob_chunks"]
