@@ -3,7 +3,7 @@
 
 Fills one library in a temp dir in steps (entries share one small blob: lookups never read
 blobs), and at each size times, median of many queries: exact question lookup, longest stored
-prefix of a prompt (hits and misses), and full-text search.
+prefix of a prompt (hits and misses), and full-text search. `kvgraft bench` runs the same code.
 
     .venv/bin/python scripts/bench_lookup.py [--sizes 1000,10000,100000] [--json]
 """
@@ -11,59 +11,13 @@ prefix of a prompt (hits and misses), and full-text search.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import random
-import shutil
-import statistics
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.textgen import synthetic_text  # noqa: E402
-from library.index import Library  # noqa: E402
-from library.normalize import question_key  # noqa: E402
-from library.schema import insert_prefix_keys  # noqa: E402
-from library.tokens import pack_tokens, tokens_sha256  # noqa: E402
-
-FP = "e" * 64
-
-
-def fill(lib: Library, start: int, stop: int, rng: random.Random, preambles: list[list[int]], blob_sha: str) -> list[list[int]]:
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat()
-    made = []
-    with lib.write():
-        for i in range(start, stop):
-            pre = rng.choice(preambles)[: rng.randint(0, 400)]
-            toks = pre + [rng.randrange(262144) for _ in range(rng.randint(20, 300))]
-            cur = lib.db.conn.execute(
-                "INSERT INTO entries (kind, title, question, question_key, text, tokens, n_tokens, tokens_sha256, "
-                "answer, blob_sha256, blob_size, fingerprint, source, created_at) "
-                "VALUES ('solution', ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, 'local', ?)",
-                [f"problem {i}", f"Question number {i}: what is {i} plus {i}?", question_key(f"Question number {i}: what is {i} plus {i}?"),
-                 synthetic_text(40, i), pack_tokens(toks), len(toks), tokens_sha256(toks), str(2 * i), blob_sha, FP, now],
-            )
-            insert_prefix_keys(lib.db, cur.lastrowid, pack_tokens(toks), len(toks))
-            made.append(toks)
-    return made
-
-
-def _index_mb(lib: Library, home: Path) -> float:
-    lib.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return round((home / "index.db").stat().st_size / 1e6, 1)
-
-
-def timed(fn, queries) -> float:
-    times = []
-    for q in queries:
-        t0 = time.perf_counter()
-        fn(q)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from app.bench_scale import lookup_scale  # noqa: E402
 
 
 def main() -> None:
@@ -71,45 +25,9 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",")]
-    rng = random.Random(0)
-    preambles = [[rng.randrange(262144) for _ in range(400)] for _ in range(50)]
-    home = Path(tempfile.mkdtemp(prefix="kvgraft-bench-lookup-"))
-    lib = Library(home)
-    blob_sha, _ = lib.blobs.put(b"\0")
-    with lib.write():
-        lib.db["blobs"].insert({"sha256": blob_sha, "size": 1, "created_at": "now"}, ignore=True)
-    all_tokens: list[list[int]] = []
-    results = []
-    for size in sizes:
-        t0 = time.perf_counter()
-        all_tokens += fill(lib, len(all_tokens), size, rng, preambles, blob_sha)
-        fill_s = time.perf_counter() - t0
-        qrng = random.Random(size)
-        exact_q = [f"Question number {i}: what is {i} plus {i}?" for i in (qrng.randrange(size) for _ in range(500))]
-        hits = [all_tokens[qrng.randrange(size)] + [qrng.randrange(262144) for _ in range(16)] for _ in range(200)]
-        misses = [qrng.choice(preambles)[:300] + [qrng.randrange(262144) for _ in range(200)] for _ in range(200)]
-        for q in exact_q[:20]:
-            assert lib.find_question(q, FP) is not None
-        for p in hits[:20]:
-            assert lib.longest_prefix(p, FP) is not None
-        row = {
-            "entries": size,
-            "fill_s": round(fill_s, 2),
-            "exact_question_ms": timed(lambda q: lib.find_question(q, FP), exact_q) * 1e3,
-            "longest_prefix_hit_ms": timed(lambda p: lib.longest_prefix(p, FP), hits) * 1e3,
-            "longest_prefix_miss_ms": timed(lambda p: lib.longest_prefix(p, FP), misses) * 1e3,
-            "fts_search_ms": timed(lambda q: lib.search(q, limit=10), ["plus", "river stone", "question number 7"] * 30) * 1e3,
-            "index_mb": _index_mb(lib, home),
-        }
-        results.append(row)
-        if not args.json:
-            print(f"{size:>7,} entries: exact {row['exact_question_ms']:.3f} ms | longest prefix hit {row['longest_prefix_hit_ms']:.3f} ms, "
-                  f"miss {row['longest_prefix_miss_ms']:.3f} ms | FTS {row['fts_search_ms']:.3f} ms | index {row['index_mb']} MB", flush=True)
-    lib.close()
-    shutil.rmtree(home, ignore_errors=True)
+    rows = lookup_scale([int(s) for s in args.sizes.split(",")], log=(lambda m: None) if args.json else print)
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":

@@ -69,8 +69,9 @@ def main() -> int:
                                      fingerprint=FINGERPRINT, question=f"question {seed}-{i}")
             print(f"committed {entry.id} {entry.blob_sha256} {time.perf_counter() - t0:.4f}", flush=True)
             if mode == "mixed" and i % 5 == 4:
-                lib.remove(entry.id)
+                # announced before it commits: a kill right after the commit must not look like a lost entry
                 print(f"removed {entry.id}", flush=True)
+                lib.remove(entry.id)
                 gc(lib, grace_s=0)
         elif mode == "import":
             n = _import_synthetic_pack(lib, home, rng, seed, i, blob_bytes)

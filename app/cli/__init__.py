@@ -10,6 +10,7 @@ from .demo_cmd import demo
 from .engine_cmds import doctor, selftest
 from .answer_cmds import COMMANDS as ANSWER_COMMANDS
 from .app_cmd import app_cmd
+from .bench_cmd import bench
 from .keys_cmds import keys
 from .library_cmds import COMMANDS as LIBRARY_COMMANDS
 from .pack_cmds import COMMANDS as PACK_COMMANDS
@@ -27,6 +28,7 @@ cli.add_command(doctor)
 cli.add_command(selftest)
 cli.add_command(demo)
 cli.add_command(app_cmd)
+cli.add_command(bench)
 cli.add_command(keys)
 for _cmd in LIBRARY_COMMANDS + PACK_COMMANDS + ANSWER_COMMANDS:
     cli.add_command(_cmd)

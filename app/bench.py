@@ -1,0 +1,290 @@
+"""`kvgraft bench`: kvgraft against the peers, side by side in one run, with receipts.
+
+Time to first token (TTFT) for a stored prefix of L tokens followed by the same 16-token question:
+  fresh                        prefill prefix, then the question, in a reused context
+  kvgraft                      look up the entry, read its blob with the integrity check, graft, prefill the question
+  llama_cpp_python_state       llama-cpp-python's Llama.load_state(), then the question
+  llama_cpp_python_disk_cache  its LlamaDiskCache fetch + load_state(), then the question
+  floor                        read the stored blob from the page cache + one memcpy of it (no TTFT; exact is null)
+Each method's median over several runs; exact = the logits after the question are SHA-256-equal to
+that stack's own fresh run. Also: the graft alone (read + check + restore) vs prefilling the
+prefix, decode-token economy on starter problems, lookup latency by library size, and blob bytes
+per token for f16 and q8_0 KV caches (with q8_0 exactness).
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from engine.compare import logits_sha256
+from engine.engine import Engine
+from engine.exactness import graft_vs_fresh
+from engine.peers import LlamaCppPythonPeer
+from library.index import Library
+
+from . import __version__
+from .ask import ask
+from .bench_scale import lookup_scale
+from .checker import get_checker
+from .library_service import LibraryService
+from .problems import starter_problems
+from .textgen import prefix_tokens
+
+QUESTION = " Question: which word in the text above came up most often, and how often did it come up? Answer:"
+TARGETS = {"graft_vs_prefill": {2048: 150, 4096: 200}, "ttft_fresh_vs_kvgraft": {2048: 50, 4096: 100},
+           "peer_state_vs_kvgraft": 10, "graft_vs_floor_max": 2.0}
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def _tokens_sha(tokens) -> str:
+    import numpy as np
+
+    return hashlib.sha256(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()
+
+
+def prefix_methods(engine: Engine, lib: Library, peer: LlamaCppPythonPeer, n: int, runs: int, peer_runs: int,
+                   say: Callable[[str], None]) -> tuple[list[dict], dict]:
+    model = engine.model
+    service = LibraryService(engine, lib)
+    prefix = prefix_tokens(model, n, seed=n)
+    question = model.tokenize(QUESTION, add_bos=False)[:16]
+    prompt = prefix + question
+    fp = engine.fingerprint
+    out, extra = [], {"prefix_tokens": n, "prefix_tokens_sha256": _tokens_sha(prefix), "question_tokens_sha256": _tokens_sha(question)}
+    with engine.session() as s:
+        say(f"{n} tokens: storing the prefix")
+        s.prefill(prefix)
+        snap = s.snapshot()
+        entry, _ = lib.add_entry(kind="prefix", text=model.detokenize(prefix), tokens=prefix, blob=snap.data, fingerprint=fp)
+        extra.update(blob_sha256=entry.blob_sha256, blob_bytes=entry.blob_size)
+
+        say(f"{n} tokens: fresh x{runs}")
+        ttft, pre = [], []
+        for _ in range(runs):
+            s.reset()
+            t0 = time.perf_counter()
+            s.prefill(prefix)
+            t1 = time.perf_counter()
+            s.prefill(question)
+            fresh_sha = logits_sha256(s.logits())
+            ttft.append(time.perf_counter() - t0)
+            pre.append(t1 - t0)
+        out.append({"method": "fresh", "prefix_tokens": n, "median_s": _median(ttft), "exact": True, "runs_s": ttft})
+        extra.update(prefill_prefix_s=_median(pre), fresh_logits_sha256=fresh_sha)
+
+        say(f"{n} tokens: kvgraft x{runs}")
+        ttft, alone, lookup, exact = [], [], [], True
+        for _ in range(runs):
+            s.reset()
+            t0 = time.perf_counter()
+            hit = lib.longest_prefix(prompt, fp)
+            t1 = time.perf_counter()
+            service.graft(s, hit)
+            t2 = time.perf_counter()
+            s.prefill(prompt[hit.n_tokens :])
+            sha = logits_sha256(s.logits())
+            ttft.append(time.perf_counter() - t0)
+            alone.append(t2 - t1)
+            lookup.append(t1 - t0)
+            exact &= sha == fresh_sha
+        out.append({"method": "kvgraft", "prefix_tokens": n, "median_s": _median(ttft), "exact": exact, "runs_s": ttft,
+                    "graft_alone_s": _median(alone), "lookup_s": _median(lookup)})
+        extra.update(graft_alone_s=_median(alone), graft_logits_sha256=sha)
+
+    say(f"{n} tokens: floor (page-cache read + one memcpy) x{runs}")
+    path = lib.blobs.path(entry.blob_sha256)
+    floor = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        data = path.read_bytes()
+        copy = bytearray(len(data))
+        copy[:] = data
+        floor.append(time.perf_counter() - t0)
+        del data, copy
+    out.append({"method": "floor", "prefix_tokens": n, "median_s": _median(floor), "exact": None, "runs_s": floor})
+    extra["floor_s"] = _median(floor)
+
+    say(f"{n} tokens: llama-cpp-python save_state/load_state x{peer_runs}")
+    _, peer_fresh_sha = peer.fresh(prompt)
+    state = peer.save_prefix(prefix)
+    ttft, shas = [], set()
+    for _ in range(peer_runs):
+        t, sha = peer.state_ttft(state, question)
+        ttft.append(t)
+        shas.add(sha)
+    out.append({"method": "llama_cpp_python_state", "prefix_tokens": n, "median_s": _median(ttft),
+                "exact": shas == {peer_fresh_sha}, "runs_s": ttft})
+    say(f"{n} tokens: llama-cpp-python LlamaDiskCache x{peer_runs}")
+    ttft, shas = [], set()
+    for _ in range(peer_runs):
+        t, sha = peer.disk_cache_ttft(tuple(prefix), state, question)
+        ttft.append(t)
+        shas.add(sha)
+    out.append({"method": "llama_cpp_python_disk_cache", "prefix_tokens": n, "median_s": _median(ttft),
+                "exact": shas == {peer_fresh_sha}, "runs_s": ttft})
+    extra["peer_fresh_logits_sha256"] = peer_fresh_sha
+    del state
+    return out, extra
+
+
+def decode_economy(engine: Engine, lib: Library, n: int, say) -> dict:
+    service = LibraryService(engine, lib)
+    problems = sorted(starter_problems(24), key=lambda p: len(p.solution))[:n]
+    rows = []
+    for p in problems:
+        say(f"decode economy: {p.id}")
+        service.deposit_solution(p.question, p.solution, p.answer)
+        fresh = ask(service, p.question, budget=96, use_library=False)
+        graft = ask(service, p.question)
+        rows.append({"id": p.id, "fresh_tokens": fresh.tokens_decoded, "fresh_s": fresh.wall_ms / 1e3,
+                     "fresh_ok": get_checker("final_number")(fresh.answer, p.answer),
+                     "graft_tokens": graft.tokens_decoded, "graft_s": graft.wall_ms / 1e3,
+                     "graft_ok": bool(graft.answer_checked), "exact": graft.receipt_match is True})
+    ft, gt = sum(r["fresh_tokens"] for r in rows), sum(r["graft_tokens"] for r in rows)
+    fs, gs = sum(r["fresh_s"] for r in rows), sum(r["graft_s"] for r in rows)
+    return {"problems": len(rows), "fresh_decode_tokens": ft, "graft_decode_tokens": gt, "token_ratio": ft / max(1, gt),
+            "fresh_s": fs, "graft_s": gs, "time_ratio": fs / max(1e-9, gs),
+            "fresh_correct": sum(r["fresh_ok"] for r in rows), "graft_correct": sum(r["graft_ok"] for r in rows),
+            "exact_grafts": sum(r["exact"] for r in rows), "rows": rows}
+
+
+def kv_types(engine: Engine, say) -> list[dict]:
+    q = engine.model.tokenize(QUESTION, add_bos=False)[:16]
+    prefix = prefix_tokens(engine.model, 1024, seed=1024)
+    out = []
+    for tk, tv, fa in (("f16", "f16", False), ("q8_0", "q8_0", True)):
+        say(f"KV {tk}/{tv}: bytes per token and exactness")
+        e = engine.with_config(engine.config.replace(type_k=tk, type_v=tv, flash_attn=fa))
+        rec = graft_vs_fresh(e, prefix, q, n_gen=4)
+        out.append({"type_k": tk, "type_v": tv, "flash_attn": fa, "prefix_tokens": 1024,
+                    "blob_bytes": rec.snapshot_bytes, "bytes_per_token": rec.snapshot_bytes / 1024,
+                    "graft_exact": rec.sha256_equal and rec.tokens_equal})
+    return out
+
+
+def ratios(results: list[dict], extras: list[dict]) -> dict:
+    by = {(r["method"], r["prefix_tokens"]): r for r in results}
+    out = {}
+    for x in extras:
+        n = x["prefix_tokens"]
+        k = by[("kvgraft", n)]
+        out[str(n)] = {
+            "graft_vs_prefill": x["prefill_prefix_s"] / x["graft_alone_s"],
+            "ttft_fresh_vs_kvgraft": by[("fresh", n)]["median_s"] / k["median_s"],
+            "peer_state_vs_kvgraft": by[("llama_cpp_python_state", n)]["median_s"] / k["median_s"],
+            "peer_disk_cache_vs_kvgraft": by[("llama_cpp_python_disk_cache", n)]["median_s"] / k["median_s"],
+            "graft_vs_floor": x["graft_alone_s"] / x["floor_s"],
+        }
+    return out
+
+
+def run_bench(engine: Engine, quick: bool, say: Callable[[str], None] = lambda m: None) -> dict:
+    lengths = [512, 1024, 2048] if quick else [512, 1024, 2048, 4096]
+    runs, peer_runs = (3, 2) if quick else (5, 3)
+    if engine.config.n_ctx < max(lengths) + 64:
+        raise ValueError(f"the benchmark needs n_ctx >= {max(lengths) + 64}")
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kvgraft-bench-") as tmp, Library(Path(tmp) / "lib") as lib:
+        say("loading llama-cpp-python's Llama for the peer methods")
+        peer = LlamaCppPythonPeer(engine.config)
+        results, extras = [], []
+        try:
+            for n in lengths:
+                r, x = prefix_methods(engine, lib, peer, n, runs, peer_runs, say)
+                results += r
+                extras.append(x)
+        finally:
+            peer.close()
+        economy = decode_economy(engine, lib, 4 if quick else 8, say)
+    say("library scale: lookup latency")
+    scale = lookup_scale([1000, 10000] if quick else [1000, 10000, 100000])
+    kv = kv_types(engine, say)
+    out = {
+        "kind": "kvgraft-bench",
+        "kvgraft_version": __version__,
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "quick": quick,
+        "fingerprint": engine.fingerprint,
+        "environment": engine.fingerprint_info,
+        "n_ctx": engine.config.n_ctx,
+        "results": results,
+        "prefixes": extras,
+        "ratios": ratios(results, extras),
+        "targets": TARGETS,
+        "decode_economy": economy,
+        "library_scale": scale,
+        "kv_types": kv,
+        "seconds": time.perf_counter() - t0,
+    }
+    out["outputs_sha256"] = hashlib.sha256(json.dumps(
+        [(x["blob_sha256"], x["fresh_logits_sha256"], x["graft_logits_sha256"]) for x in extras]).encode()).hexdigest()
+    return out
+
+
+def markdown_table(res: dict) -> str:
+    methods = ["fresh", "kvgraft", "llama_cpp_python_state", "llama_cpp_python_disk_cache", "floor"]
+    lengths = sorted({r["prefix_tokens"] for r in res["results"]})
+    by = {(r["method"], r["prefix_tokens"]): r for r in res["results"]}
+    lines = ["| method | " + " | ".join(f"{n:,} tokens" for n in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
+    for m in methods:
+        cells = []
+        for n in lengths:
+            r = by[(m, n)]
+            ex = "" if r["exact"] is None else (" exact" if r["exact"] else " **not exact**")
+            cells.append(f"{r['median_s'] * 1e3:,.1f} ms{ex}")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    rat = res["ratios"]
+    lines += ["", "| ratio | " + " | ".join(f"{n:,}" for n in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
+    for key, label in (("graft_vs_prefill", "prefill the prefix / graft alone"), ("ttft_fresh_vs_kvgraft", "TTFT fresh / kvgraft"),
+                       ("peer_state_vs_kvgraft", "TTFT llama_cpp_python_state / kvgraft"),
+                       ("peer_disk_cache_vs_kvgraft", "TTFT llama_cpp_python_disk_cache / kvgraft"),
+                       ("graft_vs_floor", "graft alone / floor")):
+        lines.append(f"| {label} | " + " | ".join(f"{rat[str(n)][key]:,.1f}x" for n in lengths) + " |")
+    e = res["decode_economy"]
+    lines += ["", f"Decode-token economy ({e['problems']} starter problems): fresh {e['fresh_decode_tokens']} decode tokens, "
+              f"{e['fresh_correct']}/{e['problems']} correct, {e['fresh_s']:.1f} s; from the library {e['graft_decode_tokens']} tokens, "
+              f"{e['graft_correct']}/{e['problems']} correct, {e['graft_s']:.1f} s: {e['token_ratio']:.0f}x fewer tokens, "
+              f"{e['time_ratio']:.0f}x less time; {e['exact_grafts']}/{e['problems']} grafts exact."]
+    kv = ", ".join(f"{k['type_k']}/{k['type_v']}{' (flash attn)' if k['flash_attn'] else ''}: {k['bytes_per_token']:,.0f} B/token, "
+                   f"graft {'exact' if k['graft_exact'] else 'NOT exact'}" for k in res["kv_types"])
+    lines += ["", f"KV cache types at 1,024 tokens: {kv}."]
+    lines += ["", "Lookup latency: " + "; ".join(f"{r['entries']:,} entries: exact {r['exact_question_ms']:.3f} ms, longest prefix "
+                                                 f"{r['longest_prefix_hit_ms']:.3f} ms (miss {r['longest_prefix_miss_ms']:.3f} ms)"
+                                                 for r in res["library_scale"])]
+    return "\n".join(lines)
+
+
+def plot(res: dict, path: Path) -> bool:
+    """TTFT vs prefix length per method (PNG). False when matplotlib (the `plot` extra) is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for m in ["fresh", "llama_cpp_python_disk_cache", "llama_cpp_python_state", "kvgraft", "floor"]:
+        pts = sorted((r["prefix_tokens"], r["median_s"]) for r in res["results"] if r["method"] == m)
+        ax.plot([p[0] for p in pts], [p[1] * 1e3 for p in pts], marker="o", label=m)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("stored prefix (tokens)")
+    ax.set_ylabel("time to first token (ms); floor: read + memcpy")
+    ax.set_title("kvgraft vs peers, CPU, median of runs")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
