@@ -48,6 +48,7 @@ class LibraryService:
     def __init__(self, engine: Engine, library: Library) -> None:
         self.engine = engine
         self.library = library
+        self._graft_buf = bytearray(0)  # reused by every graft: no page faults for a fresh allocation
 
     def deposit(
         self,
@@ -113,7 +114,9 @@ class LibraryService:
                 f"entry #{entry.id} was made under another engine fingerprint; rebuild it from its text"
             )
         t0 = time.perf_counter()
-        buf = self.library.read_blob(entry)  # integrity-checked, our own buffer: grafted without a copy
+        if len(self._graft_buf) < entry.blob_size:
+            self._graft_buf = bytearray(entry.blob_size + entry.blob_size // 4)
+        buf = self.library.read_blob(entry, into=self._graft_buf)  # checked, our own buffer: grafted without a copy
         read_ms = (time.perf_counter() - t0) * 1e3
         g = session.graft_buffer(buf, entry.tokens)
         return GraftResult(g.n_tokens, g.validate_ms + read_ms, g.restore_ms)

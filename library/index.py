@@ -304,12 +304,13 @@ class Library:
             start -= PREFIX_BLOCK
         return None
 
-    def read_blob(self, entry: Entry) -> bytearray:
-        """The entry's blob bytes, checked. A missing or corrupt blob marks its entries damaged."""
+    def read_blob(self, entry: Entry, into: bytearray | None = None):
+        """The entry's blob bytes, checked (into a reusable buffer when given and the index holds
+        chunk digests). A missing or corrupt blob marks its entries damaged."""
         row = self.db.execute("SELECT chunks FROM blobs WHERE sha256 = ?", [entry.blob_sha256]).fetchone()
         try:
             if row and row[0]:
-                return self.blobs.read_chunked(entry.blob_sha256, entry.blob_size, row[0])
+                return self.blobs.read_chunked(entry.blob_sha256, entry.blob_size, row[0], into=into)
             return self.blobs.read_verified(entry.blob_sha256, entry.blob_size)
         except BlobMissing:
             self.mark_damaged(entry.blob_sha256, "blob missing")
