@@ -299,27 +299,11 @@ class Session:
         return self.graft_bytes(snapshot.data, snapshot.tokens)
 
     def graft_bytes(self, data, tokens: Sequence[int]) -> GraftResult:
-        """Graft raw whole-state bytes whose fingerprint the caller has already checked."""
-        self._check()
-        if self.tokens:
-            raise EngineError("graft needs an empty context: call reset() first")
+        """Graft raw whole-state bytes whose fingerprint the caller has already checked (one copy)."""
         t0 = time.perf_counter()
-        parsed = parse_state(data, self.engine.layout, max_cells=self.n_ctx)
-        if parsed.n_tokens != len(tokens):
-            raise SnapshotError(f"snapshot holds {parsed.n_tokens} cells but {len(tokens)} token ids were given")
-        n_vocab = self.engine.model.info.n_vocab
-        if any(not 0 <= int(t) < n_vocab for t in tokens):
-            raise SnapshotError("snapshot token ids fall outside the model's vocabulary")
+        parsed = self._validate_graft(data, tokens)
         payload = seq_payload(data, parsed)
-        t1 = time.perf_counter()
-        read = llama.llama_state_seq_set_data(self._ctx, (ctypes.c_uint8 * len(payload)).from_buffer(payload), len(payload), 0)
-        t2 = time.perf_counter()
-        if read != len(payload):
-            llama.llama_memory_clear(self._mem, True)
-            raise SnapshotError(f"llama.cpp refused the snapshot (read {read} of {len(payload)} bytes)")
-        self.tokens = [int(t) for t in tokens]
-        self._has_logits = False
-        return GraftResult(parsed.n_tokens, (t1 - t0) * 1e3, (t2 - t1) * 1e3)
+        return self._restore(payload, 0, parsed, tokens, t0)
 
     def graft_buffer(self, buf, tokens: Sequence[int]) -> GraftResult:
         """Graft whole-state bytes the caller owns and has integrity-checked, without copying them.
@@ -329,21 +313,28 @@ class Session:
         straight from the buffer (engine/state.py). Falls back to one copy when the architecture
         name is shorter than 4 bytes (no room for the header).
         """
+        if memoryview(buf).readonly:
+            raise TypeError("graft_buffer needs a writable buffer (bytearray or memoryview of one) it may overwrite")
+        t0 = time.perf_counter()
+        parsed = self._validate_graft(buf, tokens)
+        if parsed.header_size < 8:
+            return self._restore(seq_payload(buf, parsed), 0, parsed, tokens, t0)
+        return self._restore(buf, write_seq_header(buf, parsed), parsed, tokens, t0)
+
+    def _validate_graft(self, data, tokens: Sequence[int]):
         self._check()
         if self.tokens:
             raise EngineError("graft needs an empty context: call reset() first")
-        if memoryview(buf).readonly:
-            raise TypeError("graft_buffer needs a writable buffer (bytearray or private mmap) it may overwrite")
-        t0 = time.perf_counter()
-        parsed = parse_state(buf, self.engine.layout, max_cells=self.n_ctx)
+        parsed = parse_state(data, self.engine.layout, max_cells=self.n_ctx)
         if parsed.n_tokens != len(tokens):
             raise SnapshotError(f"snapshot holds {parsed.n_tokens} cells but {len(tokens)} token ids were given")
         n_vocab = self.engine.model.info.n_vocab
         if any(not 0 <= int(t) < n_vocab for t in tokens):
             raise SnapshotError("snapshot token ids fall outside the model's vocabulary")
-        if parsed.header_size < 8:
-            return self.graft_bytes(buf, tokens)
-        start = write_seq_header(buf, parsed)
+        return parsed
+
+    def _restore(self, buf, start: int, parsed, tokens: Sequence[int], t0: float) -> GraftResult:
+        """Hand buf[start:] (per-sequence header + payload) to llama_state_seq_set_data."""
         n = len(buf) - start
         t1 = time.perf_counter()
         read = llama.llama_state_seq_set_data(self._ctx, (ctypes.c_uint8 * n).from_buffer(buf, start), n, 0)
