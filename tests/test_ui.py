@@ -167,3 +167,21 @@ def test_table_model_handles_10k_rows(qtbot):
     assert proxy.rowCount() == 10_000
     top = model.row_at(proxy.mapToSource(proxy.index(0, 0)).row())
     assert top.tokens == max((i * 7919) % 5000 for i in range(10_000))
+
+
+def test_deposit_a_confirmed_answer(qtbot, window, monkeypatch):
+    """A fresh answer, confirmed by the user, becomes a verified entry that the next ask grafts."""
+    from PySide6.QtWidgets import QInputDialog
+
+    q = "A hut holds 4 barrels and gets 5 more. How many barrels does it hold?"
+    window.question.setText(q)
+    window.ask()
+    qtbot.waitUntil(lambda: window.last_answer is not None, timeout=60_000)
+    assert window.last_answer["source"] == "fresh" and window.deposit_button.isEnabled()
+    monkeypatch.setattr(QInputDialog, "getText", staticmethod(lambda *a, **k: ("9", True)))
+    window._deposit_answer()
+    wait_message(qtbot, window, "Deposited")
+    window.last_answer = None
+    window.ask()
+    qtbot.waitUntil(lambda: window.last_answer is not None, timeout=60_000)
+    assert window.last_answer["source"] == "graft" and window.last_answer["answer"] == "9"

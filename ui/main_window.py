@@ -247,7 +247,7 @@ class MainWindow(QMainWindow):
         answer, ok = QInputDialog.getText(self, "Deposit as verified",
                                           "The verified answer (confirm or correct it):", text=r["answer"].splitlines()[0][:200])
         if ok and answer.strip():
-            self.client.request_deposit.emit(f"Q: {r['question']}\nA: {answer.strip()}\n", r["question"], answer.strip())
+            self.client.request_deposit_solution.emit(r["question"], r["answer"], answer.strip())
 
     def selected_ids(self) -> list[int]:
         rows = {self.proxy.mapToSource(i).row() for i in self.table.selectionModel().selectedRows()}

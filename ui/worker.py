@@ -122,6 +122,17 @@ class EngineWorker(QObject):
 
         self._run("deposit", go)
 
+    @Slot(str, str, str)
+    def deposit_solution(self, question: str, solution: str, answer: str) -> None:
+        """A verified answer, stored in the format the model copies from (app/problems.py)."""
+
+        def go():
+            res = self._service().deposit_solution(question, solution, answer, on_progress=self._progress("prefill"))
+            self.deposited.emit(res.as_dict())
+            self.library_changed.emit()
+
+        self._run("deposit", go)
+
     @Slot(list)
     def import_files(self, paths: list) -> None:
         def go():
@@ -200,6 +211,7 @@ class WorkerClient(QObject):
     request_start = Signal()
     request_ask = Signal(str)
     request_deposit = Signal(str, str, str)
+    request_deposit_solution = Signal(str, str, str)
     request_import = Signal(list)
     request_verify = Signal(list, bool)
     request_export = Signal(list, str)
@@ -215,6 +227,7 @@ class WorkerClient(QObject):
         self.request_start.connect(worker.start)
         self.request_ask.connect(worker.ask)
         self.request_deposit.connect(worker.deposit)
+        self.request_deposit_solution.connect(worker.deposit_solution)
         self.request_import.connect(worker.import_files)
         self.request_verify.connect(worker.verify)
         self.request_export.connect(worker.export)
