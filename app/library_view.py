@@ -37,7 +37,8 @@ class LibraryView:
                 "CASE WHEN p.signer IS NULL THEN ' (unsigned)' ELSE ' (signed ' || p.signer || ')' END END, "
                 "e.fingerprint = ? AND e.damaged IS NULL, e.damaged FROM entries e LEFT JOIN packs p ON p.id = e.pack_id")
         if query and query.strip():
-            ids = [e.id for e in self.library.search(query, limit=limit)]
+            # at most 10,000 search hits: few enough for one IN (...) list on any SQLite build
+            ids = [e.id for e in self.library.search(query, limit=min(limit, 10_000))]
             if not ids:
                 return []
             order = {i: k for k, i in enumerate(ids)}

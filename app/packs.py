@@ -130,7 +130,7 @@ def check_signature_policy(reader: PackReader, require_signed: bool, trust: Trus
     if require_signed:
         if signer is None:
             raise PackError(f"the pack is not signed ({reader.signature_error}); --require-signed refuses it")
-        if trust.name_of(signer.key_id) is None:
+        if not trust.trusts(signer):
             raise PackError(f"the pack is signed by key {signer.key_id}, which is not in your trusted keys "
                             "(kvgraft keys trust PUBLIC_KEY)")
     return signer.key_id if signer else None
@@ -160,6 +160,13 @@ def _rebuild(service: LibraryService, reader: PackReader, progress: Progress) ->
     """Another model or fingerprint: import the texts and rebuild their blobs on this engine."""
     imported = skipped = 0
     entries = reader.manifest.entries
+    limit = service.engine.config.n_ctx - 64
+    for i, e in enumerate(entries):  # everything checked before the first deposit
+        if not e.text.strip():
+            raise PackError(f"entry {i} has an empty text: nothing to rebuild")
+        n = len(service.engine.model.tokenize(e.text))
+        if n > limit:
+            raise PackError(f"entry {i} is {n:,} tokens here, more than this context holds ({limit:,}); raise --n-ctx")
     for i, e in enumerate(entries):
         res = service.deposit(e.text, question=e.question, answer=e.answer, kind=e.kind, title=e.title, checker=e.checker)
         imported += res.created

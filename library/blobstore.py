@@ -166,7 +166,11 @@ class BlobStore:
                     got += r
                 return hashlib.sha256(part).digest() == chunks[32 * i : 32 * i + 32]
 
-            ok = all(_POOL.map(one, range(n_chunks)))
+            try:
+                results = list(_POOL.map(one, range(n_chunks)))  # every chunk read finished before fd closes
+            except OSError as exc:
+                raise BlobCorrupt(f"blob {sha256} cannot be read: {exc.strerror or exc}") from exc
+            ok = all(results)
         finally:
             os.close(fd)
         if not ok:

@@ -79,7 +79,7 @@ def commit_pack(
                 }).last_pk
                 insert_prefix_keys(lib.db, entry_id, pack_tokens(t), e.n_tokens)
                 imported += 1
-            lib.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(pending))})", pending)
+            lib.consume_pending(pending)
     except BaseException:
         lib.clear_pending(pending)
         raise

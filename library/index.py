@@ -56,8 +56,9 @@ class Library:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.execute("PRAGMA foreign_keys=ON")
-        with self.write():
-            migrations.apply(self.db)
+        if migrations.pending(self.db):  # read-only opens never take the write lock
+            with self.write():
+                migrations.apply(self.db)
 
     def close(self) -> None:
         self.db.close()
@@ -79,7 +80,8 @@ class Library:
         try:
             yield self.db
         except BaseException:
-            self.db.conn.execute("ROLLBACK")
+            if self.db.conn.in_transaction:  # SQLite may have rolled back already (disk full, I/O error)
+                self.db.conn.execute("ROLLBACK")
             raise
         else:
             self.db.conn.execute("COMMIT")
@@ -152,8 +154,13 @@ class Library:
             if model is not None:
                 self._insert_model(model)
             self.insert_blob_row(sha, size, chunks)
-            if same is not None:  # a damaged twin: the blob is back, clear the mark
-                self.db.execute("UPDATE entries SET damaged = NULL WHERE id = ?", [same.id])
+            again = self.find_same(row["tokens_sha256"], row["fingerprint"], row["kind"], row["question"], row["answer"])
+            if again is not None and again.damaged is None:  # another process committed it meanwhile
+                entry_id = again.id
+            elif same is not None:  # a damaged twin: point it at the blob just stored, then it is whole again
+                self.db.execute("UPDATE entries SET blob_sha256 = ?, blob_size = ?, receipt = ?, damaged = NULL WHERE id = ?",
+                                [sha, size, row["receipt"], same.id])
+                self.db.execute("UPDATE entries SET damaged = NULL WHERE blob_sha256 = ?", [sha])
                 entry_id = same.id
             else:
                 t = now()
@@ -161,8 +168,19 @@ class Library:
                     {**row, "created_at": t, "verified_at": t if row["answer"] is not None else None, "damaged": None}
                 ).last_pk
                 insert_prefix_keys(self.db, entry_id, row["tokens"], row["n_tokens"])
-            self.db.execute("DELETE FROM pending_blobs WHERE id = ?", [pending_id])
+            self.consume_pending([pending_id])
         return entry_id
+
+    def consume_pending(self, ids: Sequence[int]) -> None:
+        """Inside the commit: remove our pending records, and refuse to commit if gc took any of them
+        (it then may have removed the blob: the caller retries)."""
+        gone = 0
+        for k in range(0, len(ids), 500):
+            part = list(ids[k : k + 500])
+            gone += self.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part).rowcount
+        if gone != len(ids):
+            raise LibraryError("gc reclaimed a blob this write was still using (its pending record had expired); "
+                               "nothing was committed, try again")
 
     def insert_blob_row(self, sha: str, size: int, chunks: bytes) -> None:
         """Record a stored blob (inside a write transaction); an existing row gets its chunk digests if it had none."""
@@ -186,7 +204,9 @@ class Library:
         """Forget pending records after a failure (best effort: gc reclaims what stays)."""
         try:
             with self.write():
-                self.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(ids))})", list(ids))
+                for k in range(0, len(ids), 500):
+                    part = list(ids[k : k + 500])
+                    self.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part)
         except sqlite3.Error:
             pass
 

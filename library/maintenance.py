@@ -95,13 +95,13 @@ def gc(lib: Library, grace_s: float = GRACE_S) -> dict:
     removed_blobs, removed_bytes, removed_temp = [], 0, 0
     with lib.write():
         live, stale = _pending(lib, grace_s)
-        if stale:
-            lib.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(stale))})", stale)
+        for k in range(0, len(stale), 500):
+            part = stale[k : k + 500]
+            lib.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part)
         referenced = {r[0] for r in lib.db.execute("SELECT DISTINCT blob_sha256 FROM entries")}
         keep = referenced | live
-        live_list = sorted(live)
-        extra = f" AND sha256 NOT IN ({','.join('?' * len(live_list))})" if live_list else ""
-        lib.db.execute("DELETE FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)" + extra, live_list)
+        unreferenced = [r[0] for r in lib.db.execute("SELECT sha256 FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)")]
+        lib.db.conn.executemany("DELETE FROM blobs WHERE sha256 = ?", [(sha,) for sha in unreferenced if sha not in live])
         for sha in list(lib.blobs.iter_blobs()):
             if sha not in keep:
                 removed_bytes += lib.blobs.size(sha) or 0

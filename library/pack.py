@@ -153,6 +153,8 @@ class PackReader:
             raise _fail(f"{self.path.name} is not a valid zip archive (truncated or corrupt): {exc}") from exc
         except OSError as exc:
             raise _fail(f"cannot read {self.path.name}: {exc}") from exc
+        except Exception as exc:  # e.g. a member name flagged UTF-8 that is not
+            raise _fail(f"{self.path.name} is not a valid zip archive: {type(exc).__name__}: {exc}") from exc
         try:
             self.members = self._check_members()
             self.manifest = parse_manifest(self._read_manifest())
@@ -219,8 +221,8 @@ class PackReader:
         self.manifest_bytes = data
         try:
             return json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise _fail(f"manifest.json is not valid JSON: {exc}") from exc
+        except (ValueError, RecursionError) as exc:  # bad UTF-8, bad JSON, absurd numbers, absurd nesting
+            raise _fail(f"manifest.json is not valid JSON: {type(exc).__name__}: {str(exc)[:200]}") from exc
 
     def _check_blobs_match_manifest(self) -> None:
         named = {}

@@ -92,8 +92,8 @@ def verify_signature(manifest_bytes: bytes, signature_member: bytes) -> Signer:
         raw = base64.b64decode(sig["public_key"], validate=True)
         signature = base64.b64decode(sig["signature"], validate=True)
         public = pub_cls.from_public_bytes(raw)
-    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
-        raise SigningError(f"signature.json is malformed: {exc}") from exc
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise SigningError(f"signature.json is malformed: {type(exc).__name__}: {str(exc)[:200]}") from exc
     try:
         public.verify(signature, manifest_bytes)
     except invalid as exc:
@@ -108,11 +108,29 @@ class TrustStore:
         self.path = Path(path)
 
     def load(self) -> dict:
+        """The trusted keys; a missing file is an empty list, a corrupt one an error (never silently empty)."""
         try:
             data = json.loads(self.path.read_text())
-            return data if isinstance(data, dict) else {}
-        except (OSError, ValueError):
+        except FileNotFoundError:
             return {}
+        except (OSError, ValueError) as exc:
+            raise SigningError(f"the trusted-keys file {self.path} is unreadable: {exc}") from exc
+        if not isinstance(data, dict):
+            raise SigningError(f"the trusted-keys file {self.path} is not a JSON object")
+        return data
+
+    def _save(self, keys: dict) -> None:
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps(keys, indent=1, sort_keys=True))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+
+    def trusts(self, signer: Signer) -> bool:
+        """The signer's whole public key (not only its short id) is in the list."""
+        entry = self.load().get(signer.key_id)
+        return bool(entry) and entry.get("public_key") == signer.public_key_b64
 
     def trust(self, public_key_b64: str, name: str) -> str:
         try:
@@ -123,17 +141,15 @@ class TrustStore:
             raise SigningError("an Ed25519 public key is 32 bytes")
         keys = self.load()
         kid = key_id(raw)
-        keys[kid] = {"name": name, "public_key": public_key_b64}
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(keys, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
+        keys[kid] = {"name": name, "public_key": base64.b64encode(raw).decode()}
+        self._save(keys)
         return kid
 
     def untrust(self, kid: str) -> bool:
         keys = self.load()
         if keys.pop(kid, None) is None:
             return False
-        self.path.write_text(json.dumps(keys, indent=1, sort_keys=True))
+        self._save(keys)
         return True
 
     def name_of(self, kid: str) -> str | None:

@@ -100,7 +100,7 @@ def import_kill_trials(home: Path, trials: int, seed: int = 11, log=lambda msg: 
             if not report["ok"]:
                 raise AssertionError(f"trial {trial}: fsck found problems: {report['problems']}")
             packs = {r["sha256"]: (r["id"], r["n_entries"]) for r in lib.db.query("SELECT * FROM packs")}
-            for sha, (pid, n) in packs.items():
+            for pid, n in packs.values():
                 have = lib.db.execute("SELECT count(*) FROM entries WHERE pack_id = ?", [pid]).fetchone()[0]
                 if have != n:
                     partial += 1

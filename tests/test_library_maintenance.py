@@ -125,3 +125,37 @@ def test_gc_against_concurrent_deposits(tmp_path):
             assert lib.read_blob(e)  # present and intact
         r = fsck(lib)
         assert r["ok"], r["problems"]
+
+
+def test_redeposit_repairs_a_damaged_entry(lib):
+    blob = os.urandom(700)
+    e = lib.add_entry(kind="document", text="t", tokens=[1, 2, 3], blob=blob, fingerprint=FP)[0]
+    lib.blobs.path(e.blob_sha256).unlink()
+    assert fsck(lib, repair=True)["problems"]
+    assert lib.get(e.id).damaged == "blob missing"
+    # the same deposit again, with (say) other bytes on this machine: the entry now points at them
+    fresh = os.urandom(800)
+    again, created = lib.add_entry(kind="document", text="t", tokens=[1, 2, 3], blob=fresh, fingerprint=FP)
+    assert not created and again.id == e.id and again.damaged is None
+    assert again.blob_size == 800 and lib.blobs.verify(again.blob_sha256) is None
+    gc(lib)
+    assert bytes(lib.read_blob(lib.get(e.id))) == fresh
+    assert fsck(lib)["ok"]
+
+
+def test_commit_refused_when_gc_took_the_pending_record(lib, monkeypatch):
+    """If gc reclaimed our pending record (it expired), the write must not commit an entry without its blob."""
+    real = lib.mark_pending
+
+    def mark_then_lose(shas):
+        ids = real(shas)
+        lib.db.execute("DELETE FROM pending_blobs")  # what a gc on another host would do after the grace period
+        lib.db.conn.commit()
+        return ids
+
+    monkeypatch.setattr(lib, "mark_pending", mark_then_lose)
+    from library.errors import LibraryError
+
+    with pytest.raises(LibraryError, match="try again"):
+        add(lib, 10)
+    assert lib.count() == 0

@@ -240,3 +240,25 @@ def test_zip_bomb_manifest_refused(good_pack, tmp_path, monkeypatch):
     bomb = pm.write_zip(tmp_path / "bomb.kvpack", [("manifest.json", b" " * (8 << 20), zipfile.ZIP_DEFLATED)])
     with pytest.raises(PackError, match="manifest.json declares"):
         pack_mod.PackReader(bomb)
+
+
+@pytest.mark.parametrize("manifest", [b"[" * 200_000, b'{"format_version": ' + b"9" * 5000 + b"}", b"\xff\xfe not utf-8"])
+def test_hostile_manifest_bytes_are_a_pack_error(tmp_path, manifest):
+    bad = pm.write_zip(tmp_path / "hostile.kvpack", [("manifest.json", manifest, zipfile.ZIP_DEFLATED)])
+    with pytest.raises(PackError, match="not valid JSON"):
+        pack_mod.PackReader(bad)
+
+
+def test_member_name_that_is_not_utf8(tmp_path):
+    good = pm.write_zip(tmp_path / "n.kvpack", [("manifest.json", b"{}", zipfile.ZIP_STORED)])
+    data = bytearray(good.read_bytes())
+    # set the UTF-8 flag (bit 11) in the central directory and make the name invalid UTF-8
+    i = data.find(b"PK\x01\x02")
+    data[i + 8] |= 0x00
+    data[i + 9] |= 0x08
+    j = data.find(b"manifest.json", i)
+    data[j] = 0xFF
+    bad = tmp_path / "badname.kvpack"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(PackError):
+        pack_mod.PackReader(bad)

@@ -37,6 +37,7 @@ class MainWindow(QMainWindow):
         self.last_answer: dict | None = None
         self.messages: list[tuple[str, str]] = []  # (title, text) of every message shown, for tests and logs
         self._closed = False
+        self._stuck_clients: list = []
         self.setWindowTitle("kvgraft")
         if ICON.exists():
             self.setWindowIcon(QIcon(str(ICON)))
@@ -151,7 +152,10 @@ class MainWindow(QMainWindow):
         self.client.request_start.emit()
 
     def stop_worker(self) -> bool:
-        return self.client.stop()
+        stopped = self.client.stop()
+        if not stopped:
+            self._stuck_clients.append(self.client)  # keep a running QThread referenced until it ends
+        return stopped
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt API)
         self._closed = True  # signals still queued from the worker are ignored from here on

@@ -44,6 +44,7 @@ class EngineWorker(QObject):
         super().__init__()
         self.settings = settings
         self.engine = engine  # tests inject an already-loaded engine
+        self._owns_engine = engine is None
         self._cancel = threading.Event()
         self._lib = None
 
@@ -150,7 +151,11 @@ class EngineWorker(QObject):
                             summary["imported" if res.created else "skipped"] += 1
                             self.progress.emit(f"building {p.name}", i + 1, len(problems))
                     else:
-                        res = import_pack(service, p, progress=lambda st, d, t: self.progress.emit(f"{p.name}: {st}", d, t))
+                        def progress(stage, done, total, name=p.name):
+                            self.progress.emit(f"{name}: {stage}", done, total)
+                            self._check_cancel()  # an import is all or nothing: stopping midway changes nothing
+
+                        res = import_pack(service, p, progress=progress)
                         summary["imported"] += res["imported"]
                         summary["skipped"] += res["skipped"]
                 except Cancelled:
@@ -200,9 +205,13 @@ class EngineWorker(QObject):
 
     @Slot()
     def shutdown(self) -> None:
+        """Close the worker's library, and the engine if this worker loaded it (call once its thread has stopped)."""
         if self._lib is not None:
             self._lib.close()
             self._lib = None
+        if self._owns_engine and self.engine is not None:
+            self.engine.close()
+            self.engine = None
 
 
 class WorkerClient(QObject):
@@ -216,7 +225,6 @@ class WorkerClient(QObject):
     request_verify = Signal(list, bool)
     request_export = Signal(list, str)
     request_remove = Signal(list)
-    request_shutdown = Signal()
 
     def __init__(self, worker: EngineWorker) -> None:
         super().__init__()
@@ -232,12 +240,18 @@ class WorkerClient(QObject):
         self.request_verify.connect(worker.verify)
         self.request_export.connect(worker.export)
         self.request_remove.connect(worker.remove)
-        self.request_shutdown.connect(worker.shutdown)
         self.thread.start()
 
     def stop(self, timeout_ms: int = 60_000) -> bool:
-        """Cancel what runs, close the worker's library, stop the thread; True when it stopped."""
+        """Cancel what runs, stop the thread, then release the worker's library and engine.
+
+        Returns False when the thread did not stop in time; its resources are then left alone
+        (the caller must keep this client alive: destroying a running QThread aborts the process).
+        """
+        self.worker.blockSignals(True)  # nothing it still emits reaches the window
         self.worker.cancel()
-        self.request_shutdown.emit()
         self.thread.quit()
-        return self.thread.wait(timeout_ms)
+        if not self.thread.wait(timeout_ms):
+            return False
+        self.worker.shutdown()  # its thread has finished: safe to call from here
+        return True

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import sqlite3
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,12 @@ def handle_errors(f):
         try:
             return f(*args, **kwargs)
         except (EngineError, LibraryError, ModelStoreError) as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(EXIT_INPUT)
+        except UnicodeDecodeError as exc:
+            click.echo(f"error: the file is not UTF-8 text ({exc.reason} at byte {exc.start})", err=True)
+            sys.exit(EXIT_INPUT)
+        except (OSError, ValueError, sqlite3.Error) as exc:  # unreadable files, unwritable paths, a locked index
             click.echo(f"error: {exc}", err=True)
             sys.exit(EXIT_INPUT)
 

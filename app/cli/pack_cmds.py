@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from engine.errors import EngineError
 from library.errors import LibraryError
 
 from ..library_service import LibraryService, open_library
@@ -64,7 +65,7 @@ def import_(state, files, rebuild, require_signed, as_json) -> None:
             try:
                 res = import_pack(service, f, rebuild=rebuild, progress=stage_progress(f"import {Path(f).name}"),
                                   require_signed=require_signed)
-            except LibraryError as exc:
+            except (LibraryError, EngineError, OSError) as exc:  # refused: this pack only, the others go on
                 refused.append({"file": str(f), "reason": str(exc)})
                 if not as_json:
                     click.echo(f"refused {f}: {exc}", err=True)
