@@ -36,6 +36,22 @@ def test_snapshot_bytes_equal_after_graft(engine):
     assert again.sha256 == snap.sha256
 
 
+def _fresh(engine, n, seed, probe):
+    """Prefill n tokens fresh: (snapshot of the prefix, logits after the probe)."""
+    with engine.session() as s:
+        s.prefill(prefix_tokens(engine.model, n, seed=seed))
+        snap = s.snapshot()
+        s.prefill(probe)
+        return snap, s.logits()
+
+
+def _plain_restore_logits(engine, snap, probe):
+    with engine.session() as p:
+        p.restore_whole_state_inexact(snap)
+        p.prefill(probe)
+        return p.logits()
+
+
 def test_reset_then_graft_is_exact(engine, probe):
     """Reusing one context (reset, then graft) is as exact as a new context."""
     toks = prefix_tokens(engine.model, 900, seed=9)
@@ -57,30 +73,13 @@ def test_plain_whole_state_restore_is_not_exact_past_window(engine, probe, n):
     This is why kvgraft grafts through the per-sequence path. If this test starts failing, the
     vendored llama.cpp changed (the head bug was fixed): rerun the exactness suite and FINDINGS.
     """
-    toks = prefix_tokens(engine.model, n, seed=n)
-    with engine.session() as s:
-        s.prefill(toks)
-        snap = s.snapshot()
-        s.prefill(probe)
-        fresh = s.logits()
-    with engine.session() as p:
-        p.restore_whole_state_inexact(snap)
-        p.prefill(probe)
-        plain = p.logits()
-    cmp = compare_logits(fresh, plain)
+    snap, fresh = _fresh(engine, n, n, probe)
+    cmp = compare_logits(fresh, _plain_restore_logits(engine, snap, probe))
     assert not cmp.sha256_equal
     assert cmp.max_abs_diff > 1e-3
 
 
 def test_plain_whole_state_restore_exact_within_window(engine, probe):
     """...and exact while prefix + probe stay inside the window (so the test above is meaningful)."""
-    toks = prefix_tokens(engine.model, 300, seed=3)
-    with engine.session() as s:
-        s.prefill(toks)
-        snap = s.snapshot()
-        s.prefill(probe)
-        fresh = s.logits()
-    with engine.session() as p:
-        p.restore_whole_state_inexact(snap)
-        p.prefill(probe)
-        assert np.array_equal(fresh, p.logits())
+    snap, fresh = _fresh(engine, 300, 3, probe)
+    assert np.array_equal(fresh, _plain_restore_logits(engine, snap, probe))

@@ -113,26 +113,23 @@ class EngineWorker(QObject):
 
         self._run("ask", go)
 
-    @Slot(str, str, str)
-    def deposit(self, text: str, question: str, answer: str) -> None:
+    def _deposit(self, store) -> None:
         def go():
-            res = self._service().deposit(text, question=question or None, answer=answer or None,
-                                          on_progress=self._progress("prefill"))
+            res = store(self._service(), self._progress("prefill"))
             self.deposited.emit(res.as_dict())
             self.library_changed.emit()
 
         self._run("deposit", go)
+
+    @Slot(str, str, str)
+    def deposit(self, text: str, question: str, answer: str) -> None:
+        self._deposit(lambda svc, progress: svc.deposit(text, question=question or None, answer=answer or None,
+                                                        on_progress=progress))
 
     @Slot(str, str, str)
     def deposit_solution(self, question: str, solution: str, answer: str) -> None:
         """A verified answer, stored in the format the model copies from (app/problems.py)."""
-
-        def go():
-            res = self._service().deposit_solution(question, solution, answer, on_progress=self._progress("prefill"))
-            self.deposited.emit(res.as_dict())
-            self.library_changed.emit()
-
-        self._run("deposit", go)
+        self._deposit(lambda svc, progress: svc.deposit_solution(question, solution, answer, on_progress=progress))
 
     @Slot(list)
     def import_files(self, paths: list) -> None:
