@@ -8,8 +8,9 @@ Time to first token (TTFT) for a stored prefix of L tokens followed by the same 
   floor                        read the stored blob from the page cache + one memcpy of it (no TTFT; exact is null)
 Each method's median over several runs; exact = the logits after the question are SHA-256-equal to
 that stack's own fresh run. Also: the graft alone (read + check + restore) vs prefilling the
-prefix, decode-token economy on starter problems, lookup latency by library size, and blob bytes
-per token for f16 and q8_0 KV caches (with q8_0 exactness).
+prefix, the same graft with and without compaction (blob bytes per token on disk and graft time),
+decode-token economy on starter problems, lookup latency by library size, and blob bytes per token
+for f16 and q8_0 KV caches (with q8_0 exactness).
 """
 
 from __future__ import annotations
@@ -52,9 +53,12 @@ def _tokens_sha(tokens) -> str:
     return hashlib.sha256(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()
 
 
-def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callable[[str], None]) -> tuple[list[dict], dict]:
+def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callable[[str], None],
+                   plain: Library | None = None) -> tuple[list[dict], dict]:
     """fresh, kvgraft and the floor for one prefix length (the peers run later: their 0.5 GB pickles
-    churn the page cache and memory bandwidth, which would tax whatever runs right after them)."""
+    churn the page cache and memory bandwidth, which would tax whatever runs right after them).
+    With `plain`, a second library holding the same blob without compaction: its size and graft
+    time are measured beside the compact one's."""
     model = engine.model
     service = LibraryService(engine, lib)
     prefix = prefix_tokens(model, n, seed=n)
@@ -66,8 +70,14 @@ def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callabl
         say(f"{n} tokens: storing the prefix")
         s.prefill(prefix)
         snap = s.snapshot()
-        entry, _ = lib.add_entry(kind="prefix", text=model.detokenize(prefix), tokens=prefix, blob=snap.data, fingerprint=fp)
-        extra.update(blob_sha256=entry.blob_sha256, blob_bytes=entry.blob_size)
+        entry, _ = lib.add_entry(kind="prefix", text=model.detokenize(prefix), tokens=prefix, blob=snap.data, fingerprint=fp,
+                                 elided=snap.elided)
+        stored = lib.blobs.size(entry.blob_sha256)
+        extra.update(blob_sha256=entry.blob_sha256, blob_bytes=entry.blob_size, stored_bytes=stored,
+                     bytes_per_token_uncompacted=entry.blob_size / n, bytes_per_token_compacted=stored / n)
+        if plain is not None:
+            plain_entry, _ = plain.add_entry(kind="prefix", text=model.detokenize(prefix), tokens=prefix, blob=snap.data,
+                                             fingerprint=fp)
 
         say(f"{n} tokens: fresh x{runs}")
         ttft, pre = [], []
@@ -101,10 +111,22 @@ def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callabl
         out.append({"method": "kvgraft", "prefix_tokens": n, "median_s": _median(ttft), "exact": exact, "runs_s": ttft,
                     "graft_alone_s": _median(alone), "lookup_s": _median(lookup)})
         extra.update(graft_alone_s=_median(alone), graft_logits_sha256=sha)
+        if plain is not None:
+            say(f"{n} tokens: graft without compaction x{runs}")
+            plain_service, times, plain_exact = LibraryService(engine, plain), [], True
+            for _ in range(runs):
+                s.reset()
+                t1 = time.perf_counter()
+                plain_service.graft(s, plain_entry)
+                times.append(time.perf_counter() - t1)
+                s.prefill(question)
+                plain_exact &= logits_sha256(s.logits()) == fresh_sha
+            extra.update(graft_alone_uncompacted_s=_median(times), uncompacted_exact=plain_exact)
 
-    say(f"{n} tokens: floor (page-cache read + one memcpy) x{runs}")
-    path = lib.blobs.path(entry.blob_sha256)
-    src, dst = bytearray(entry.blob_size), bytearray(entry.blob_size)  # allocated (and touched) once, like the graft's buffer
+    say(f"{n} tokens: floor (page-cache read of the uncompacted blob + one memcpy) x{runs}")
+    path = (plain or lib).blobs.path(entry.blob_sha256)
+    size = path.stat().st_size
+    src, dst = bytearray(size), bytearray(size)  # allocated (and touched) once, like the graft's buffer
     floor = []
     for _ in range(runs):
         t0 = time.perf_counter()
@@ -112,7 +134,7 @@ def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callabl
             got = fh.readinto(src)
         dst[:] = src
         floor.append(time.perf_counter() - t0)
-        assert got == entry.blob_size
+        assert got == size
     del src, dst
     out.append({"method": "floor", "prefix_tokens": n, "median_s": _median(floor), "exact": None, "runs_s": floor})
     extra["floor_s"] = _median(floor)
@@ -204,10 +226,11 @@ def run_bench(engine: Engine, quick: bool, say: Callable[[str], None] = lambda m
     if engine.config.n_ctx < max(lengths) + 64:
         raise ValueError(f"the benchmark needs n_ctx >= {max(lengths) + 64}")
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kvgraft-bench-") as tmp, Library(Path(tmp) / "lib") as lib:
+    with tempfile.TemporaryDirectory(prefix="kvgraft-bench-") as tmp, Library(Path(tmp) / "lib") as lib, \
+            Library(Path(tmp) / "plain") as plain:
         results, extras = [], []
         for n in lengths:
-            r, x = prefix_methods(engine, lib, n, runs, say)
+            r, x = prefix_methods(engine, lib, n, runs, say, plain=plain)
             results += r
             extras.append(x)
         say("loading llama-cpp-python's Llama for the peer methods")
@@ -267,6 +290,17 @@ def markdown_table(res: dict) -> str:
               f"{e['fresh_correct']}/{e['problems']} correct, {e['fresh_s']:.1f} s; from the library {e['graft_decode_tokens']} tokens, "
               f"{e['graft_correct']}/{e['problems']} correct, {e['graft_s']:.1f} s: {e['token_ratio']:.0f}x fewer tokens, "
               f"{e['time_ratio']:.0f}x less time; {e['exact_grafts']}/{e['problems']} grafts exact."]
+    xs = {x["prefix_tokens"]: x for x in res["prefixes"]}
+    if all("graft_alone_uncompacted_s" in xs[n] for n in lengths):
+        lines += ["", "| compaction | " + " | ".join(f"{n:,}" for n in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
+        for key, label, fmt in (("bytes_per_token_uncompacted", "blob bytes/token, uncompacted", "{:,.0f}"),
+                                ("bytes_per_token_compacted", "blob bytes/token, compacted", "{:,.0f}"),
+                                ("graft_alone_uncompacted_s", "graft alone, uncompacted (ms)", "ms"),
+                                ("graft_alone_s", "graft alone, compacted (ms)", "ms")):
+            cells = [f"{xs[n][key] * 1e3:,.1f}" if fmt == "ms" else fmt.format(xs[n][key]) for n in lengths]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append("| both exact | " + " | ".join("yes" if xs[n]["uncompacted_exact"] and by[("kvgraft", n)]["exact"] else "**no**"
+                                                for n in lengths) + " |")
     kv = ", ".join(f"{k['type_k']}/{k['type_v']}{' (flash attn)' if k['flash_attn'] else ''}: {k['bytes_per_token']:,.0f} B/token, "
                    f"graft {'exact' if k['graft_exact'] else 'NOT exact'}" for k in res["kv_types"])
     lines += ["", f"KV cache types at 1,024 tokens: {kv}."]

@@ -61,9 +61,10 @@ def lookup_scale(sizes: list[int], log=lambda msg: None) -> list[dict]:
     home = Path(tempfile.mkdtemp(prefix="kvgraft-bench-lookup-"))
     lib = Library(home)
     try:
-        blob_sha, _ = lib.blobs.put(b"\0")
+        stored = lib.blobs.put(b"\0")
+        blob_sha = stored.sha256
         with lib.write():
-            lib.insert_blob_row(blob_sha, 1, b"")
+            lib.insert_blob_row(stored)
         all_tokens: list[list[int]] = []
         results = []
         for size in sizes:

@@ -10,7 +10,7 @@ class NotAModel(Exception):
 
 
 def inspect_gguf(path: Path) -> dict:
-    """Architecture, name and tensor count from the header; raises NotAModel with the reason."""
+    """Architecture, name, tensor count and sliding window from the header; raises NotAModel with the reason."""
     path = Path(path)
     try:
         with open(path, "rb") as fh:
@@ -34,8 +34,19 @@ def inspect_gguf(path: Path) -> dict:
         except Exception:
             return None
 
+    def int_field(key: str) -> int:
+        f = reader.fields.get(key)
+        if f is None or not f.data:
+            return 0
+        try:
+            return int(f.parts[f.data[0]][0])
+        except Exception:
+            return 0
+
     arch = field("general.architecture")
     if not arch:
         raise NotAModel(f"{path.name} has no general.architecture: not a language model GGUF")
     return {"path": str(path.resolve()), "architecture": arch, "name": field("general.name") or path.stem,
-            "tensors": len(reader.tensors), "size_bytes": path.stat().st_size}
+            "tensors": len(reader.tensors), "size_bytes": path.stat().st_size,
+            # the sliding window llama.cpp reads too (0: none); canonicalization uses it without loading the model
+            "sliding_window": int_field(f"{arch}.attention.sliding_window")}

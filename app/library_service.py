@@ -97,7 +97,7 @@ class LibraryService:
             kind=kind, text=text, tokens=tokens, blob=snap.data, blob_sha256=snap.sha256,
             fingerprint=self.engine.fingerprint, model=model_record(self.engine),
             title=title or _title(text, question), question=question, answer=answer,
-            receipt=receipt, checker=checker,
+            receipt=receipt, checker=checker, elided=snap.elided,
         )
         return DepositResult(entry, created, prefill_s)
 

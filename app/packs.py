@@ -10,12 +10,15 @@ library/importer.py commits it in one transaction.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import logging
 import shutil
 from pathlib import Path
 from typing import Callable
 
+from engine.compaction import canonicalize
 from engine.state import parse_state
+from library import container
 from library.errors import StorageFull
 from library.importer import commit_pack
 from library.pack import FORMAT_VERSION, PackError, PackReader, pack_sha256, write_pack
@@ -58,6 +61,11 @@ def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: 
     damaged = [e.id for e in entries if e.damaged]
     if damaged:
         raise PackError(f"entries {damaged} are damaged; repair or rebuild them before exporting")
+    shas = sorted({e.blob_sha256 for e in entries})
+    old = [sha for sha in shas if (lib.db.execute("SELECT canonical FROM blobs WHERE sha256 = ?", [sha]).fetchone() or [None])[0] != 1]
+    if old:
+        raise PackError(f"{len(old)} of the selected blobs are from before compaction; run kvgraft fsck --repair to compact "
+                        "them, then export")
     models = {e.model_sha256 for e in entries}
     model_row = next(iter(lib.db.query("SELECT * FROM models WHERE sha256 = ?", [next(iter(models))])), None)
     if len(models) != 1 or model_row is None:
@@ -69,17 +77,33 @@ def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: 
         "model": {"sha256": model_row["sha256"], "name": model_row["name"], "architecture": model_row["architecture"]},
         "fingerprint": entries[0].fingerprint,
         "entries": [
-            {"blob_sha256": e.blob_sha256, "blob_size": e.blob_size, "kind": e.kind, "title": e.title,
+            {"blob_sha256": e.blob_sha256, "blob_size": e.blob_size, "blob_stored_size": lib.blobs.size(e.blob_sha256),
+             "kind": e.kind, "title": e.title,
              "question": e.question, "text": e.text, "answer": e.answer, "n_tokens": e.n_tokens,
              "tokens_sha256": e.tokens_sha256, "checker": e.checker, "receipt": e.receipt}
             for e in entries
         ],
     }
     by_sha = {e.blob_sha256: e for e in entries}
-    size = write_pack(path, manifest, ((sha, lambda e=e: bytes(lib.read_blob(e))) for sha, e in by_sha.items()),
+    size = write_pack(path, manifest, ((sha, lambda e=e: _stored_checked(lib, e)) for sha, e in by_sha.items()),
                       sign_key=sign_key)
     return {"file": str(path), "entries": len(entries), "blobs": len(by_sha), "bytes": size, "sha256": pack_sha256(path),
             "signed_by": public_identity(sign_key).key_id if sign_key else None}
+
+
+def _stored_checked(lib, e: Entry) -> bytes:
+    """The entry's compact blob exactly as stored, after checking it decodes to its address."""
+    try:
+        data = lib.blobs.stored_bytes(e.blob_sha256)
+        c = container.parse_header(data, stored_size=len(data))
+    except FileNotFoundError as exc:
+        raise PackError(f"entry #{e.id}: its blob is missing; run kvgraft fsck") from exc
+    except container.ContainerError as exc:
+        raise PackError(f"entry #{e.id}: its blob is damaged ({exc}); run kvgraft fsck") from exc
+    if c.size != e.blob_size or hashlib.sha256(container.decode(data, c)).hexdigest() != e.blob_sha256:
+        lib.mark_damaged(e.blob_sha256, "blob hash mismatch")
+        raise PackError(f"entry #{e.id}: its blob does not match its SHA-256 (damaged); run kvgraft fsck")
+    return data
 
 
 def validate_pack(service: LibraryService, reader: PackReader, progress: Progress = _noop) -> list[list[int]]:
@@ -152,8 +176,15 @@ def import_pack(service: LibraryService, path: Path, rebuild: bool = False, prog
         if need > free:
             raise StorageFull(f"the pack needs {need / 1e6:,.0f} MB and the disk has {free / 1e6:,.0f} MB free")
         res = commit_pack(service.library, reader, tokens, pack_sha256(path), model_record(engine), signer=signer,
-                          on_progress=lambda d, t: progress("copy", d, t))
+                          on_progress=lambda d, t: progress("copy", d, t), canonicalize=_canonicalizer(engine))
     return {"file": str(path), "imported": res["imported"], "skipped": res["skipped"], "rebuilt": 0, "signed_by": signer}
+
+
+def _canonicalizer(engine):
+    """For a format 1 pack: zero a raw state's dead window cells in place (engine/compaction.py)."""
+    def run(buf: bytearray):
+        return canonicalize(buf, parse_state(buf, engine.layout, max_cells=engine.config.n_ctx), engine.window)
+    return run
 
 
 def _rebuild(service: LibraryService, reader: PackReader, progress: Progress) -> dict:

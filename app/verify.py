@@ -3,12 +3,15 @@
 Per entry (from packs or the library):
   1. blob: its bytes hash to the SHA-256 the manifest or index names;
   2. replay (--replay): prefill the entry's text fresh, the snapshot must have the same SHA-256
-     (bit-identical reproduction), and for K probe continuations the logits after grafting the
+     (bit-identical reproduction; canonical, engine/compaction.py, unless the blob is from before
+     compaction or a format 1 pack, which are compared as llama.cpp wrote them), and for K probe continuations the logits after grafting the
      blob equal the fresh ones (SHA-256, KL, argmax);
   3. answer: for a verified solution, graft it, ask its question, and the decoded answer must
      pass the entry's checker against the verified answer.
 The receipts file records every input and output hash and the engine fingerprint;
-`verify_receipts` re-runs the same checks and compares hash by hash.
+`verify_receipts` re-runs the same checks and compares hash by hash. A receipt made before
+compaction (receipts version 1) names blobs by the SHA-256 of their uncompacted bytes: the
+re-check accepts the blob's recorded old address (`blob_aliases`) and the raw replay for those.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from .checker import get_checker
 from .library_service import LibraryService
 from .problems import DOCUMENT_PROBE, ask_suffix
 
-RECEIPTS_VERSION = 1
+RECEIPTS_VERSION = 2
 
 
 @dataclass
@@ -50,18 +53,26 @@ class Item:
     blob_sha256: str
     fingerprint: str
     load_blob: Callable[[], bytes]
+    canonical: bool = True  # False: the blob's address is of the bytes as llama.cpp wrote them
+    aliases: tuple[str, ...] = ()  # addresses this blob had before compaction
 
 
 def library_items(service: LibraryService, entries: list[Entry]) -> list[Item]:
     lib = service.library
+
+    def facts(sha: str) -> tuple[bool, tuple[str, ...]]:
+        row = lib.db.execute("SELECT canonical FROM blobs WHERE sha256 = ?", [sha]).fetchone()
+        aliases = tuple(r[0] for r in lib.db.execute("SELECT legacy_sha256 FROM blob_aliases WHERE sha256 = ? ORDER BY 1", [sha]))
+        return (row is None or row[0] == 1), aliases
+
     return [Item(f"library#{e.id}", e.kind, e.text, e.question, e.answer, e.checker, e.n_tokens, e.tokens_sha256,
-                 e.blob_sha256, e.fingerprint, lambda e=e: bytes(lib.read_blob(e))) for e in entries]
+                 e.blob_sha256, e.fingerprint, lambda e=e: bytes(lib.read_blob(e)), *facts(e.blob_sha256)) for e in entries]
 
 
 def pack_items(reader: PackReader, pack_sha: str) -> list[Item]:
     m = reader.manifest
     return [Item(f"pack:{pack_sha[:16]}#{i}", e.kind, e.text, e.question, e.answer, e.checker, e.n_tokens,
-                 e.tokens_sha256, e.blob_sha256, m.fingerprint, lambda s=e.blob_sha256: reader.read_blob(s))
+                 e.tokens_sha256, e.blob_sha256, m.fingerprint, lambda s=e.blob_sha256: reader.read_blob(s), reader.compact)
             for i, e in enumerate(m.entries)]
 
 
@@ -109,7 +120,9 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
             with engine.session() as fresh:
                 fresh.prefill(tokens)
                 if k == 0:
-                    checks["replay_blob_sha256"] = fresh.snapshot().sha256
+                    raw = fresh.snapshot(canonical=False).sha256
+                    checks["replay_raw_sha256"] = raw
+                    checks["replay_blob_sha256"] = fresh.snapshot().sha256 if item.canonical else raw
                     checks["replay_ok"] = checks["replay_blob_sha256"] == item.blob_sha256
                 fresh.prefill(probe)
                 want = fresh.logits()
@@ -137,7 +150,8 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
         checks["answer"] = {"decoded": decoded, "expected": item.answer, "ok": ok, "decode_tokens": len(gen.tokens)}
         if not ok:
             failures.append("answer")
-    return {"ref": item.ref, "blob_sha256": item.blob_sha256, "tokens_sha256": item.tokens_sha256,
+    return {"ref": item.ref, "blob_sha256": item.blob_sha256, "blob_aliases": list(item.aliases),
+            "blob_canonical": item.canonical, "tokens_sha256": item.tokens_sha256,
             "text_sha256": hashlib.sha256(item.text.encode("utf-8")).hexdigest(), "checks": checks,
             "failures": failures, "ok": not failures}
 
@@ -188,12 +202,19 @@ def compare_receipts(old: dict, new: dict) -> list[dict]:
         diffs.append({"entry": None, "check": "fingerprint",
                       "detail": "the receipts were made under another engine fingerprint: its hashes are not expected to match here"})
     new_by_ref = {r["ref"]: r for r in new["results"]}
+    before_compaction = old.get("receipts_version", 1) < 2
     for r in old.get("results", []):
         other = new_by_ref.get(r["ref"])
         if other is None:
             diffs.append({"entry": r["ref"], "check": "missing", "detail": "not found in the re-run"})
             continue
         a, b = _hashes(r), _hashes(other)
+        if before_compaction:  # the old receipt named blobs by their uncompacted bytes
+            c = other["checks"]
+            if a["blob_sha256"] in other.get("blob_aliases", []):
+                b["blob_sha256"] = a["blob_sha256"]
+            if a["replay_blob_sha256"] is not None and a["replay_blob_sha256"] == c.get("replay_raw_sha256"):
+                b["replay_blob_sha256"] = a["replay_blob_sha256"]
         for key in a:
             if a[key] != b[key]:
                 diffs.append({"entry": r["ref"], "check": key, "detail": f"recorded {a[key]!r}, now {b[key]!r}"})

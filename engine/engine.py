@@ -16,6 +16,7 @@ from .config import KV_TYPES, EngineConfig
 from .errors import ConfigError, EngineError
 from .model import USE_EXTRA_BUFTS, Model
 from .session import Session
+from .compaction import WindowSpec
 from .state import StateLayout, parse_state
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,12 @@ class Engine:
         if self._layout is None:
             self._layout = self._probe_layout()
         return self._layout
+
+    @cached_property
+    def window(self) -> WindowSpec:
+        """What canonicalization needs: the model's sliding window and the cache that holds it."""
+        info = self.model.info
+        return WindowSpec.for_model(info.n_swa, info.architecture, len(self.layout.caches))
 
     def _probe_layout(self) -> StateLayout:
         probe_cfg = self.config.replace(n_ctx=64, n_batch=64, n_ubatch=64)

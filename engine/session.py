@@ -30,6 +30,7 @@ from .errors import (
     SnapshotError,
     ThreadOwnershipError,
 )
+from .compaction import canonicalize
 from .state import parse_state, seq_payload, write_seq_header
 
 log = logging.getLogger(__name__)
@@ -49,18 +50,24 @@ def tokens_sha256(tokens: Sequence[int]) -> str:
 class Snapshot:
     """Whole-state bytes of a context holding `tokens` at positions 0..n-1, plus what made it.
 
-    `sha256` is the content address of `data`, taken when the snapshot was made (or read from
-    the library's index); a graft checks the bytes against it unless the caller already did.
+    A snapshot made by `Session.snapshot` is canonical (engine/compaction.py): the K and V of
+    dead sliding-window cells are zero, and `elided` lists those zero byte ranges for the blob
+    container. `sha256` is the content address of `data`, taken when the snapshot was made (or
+    read from the library's index); a graft checks the bytes against it unless the caller did.
     """
 
-    data: bytes
+    data: bytes | bytearray
     tokens: tuple[int, ...]
     fingerprint: str
     sha256: str
+    elided: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.uint64), compare=False)
 
     @classmethod
-    def of(cls, data, tokens, fingerprint: str) -> "Snapshot":
-        return cls(data, tuple(int(t) for t in tokens), fingerprint, hashlib.sha256(data).hexdigest())
+    def of(cls, data, tokens, fingerprint: str, elided=None) -> "Snapshot":
+        snap = cls(data, tuple(int(t) for t in tokens), fingerprint, hashlib.sha256(data).hexdigest())
+        if elided is not None:
+            object.__setattr__(snap, "elided", elided)
+        return snap
 
     @property
     def n_tokens(self) -> int:
@@ -258,7 +265,11 @@ class Session:
 
     # -- snapshot and graft --------------------------------------------------------------------
     def state_bytes(self) -> bytes:
-        """The whole-state bytes (`llama_state_get_data`) of what this context holds, unchecked."""
+        """The whole-state bytes (`llama_state_get_data`) of what this context holds, unchecked and
+        as llama.cpp wrote them (not canonical: see `snapshot`)."""
+        return bytes(self._state_buffer())
+
+    def _state_buffer(self) -> bytearray:
         self._check()
         if not self.tokens:
             raise EngineError("nothing to snapshot: the context is empty")
@@ -267,15 +278,20 @@ class Session:
         written = llama.llama_state_get_data(self._ctx, (ctypes.c_uint8 * size).from_buffer(buf), size)
         if written != size:
             raise EngineError(f"llama_state_get_data wrote {written} bytes, expected {size}")
-        return bytes(buf)
+        return buf
 
-    def snapshot(self) -> Snapshot:
-        """A checked Snapshot of what this context holds (whole-state bytes + tokens + fingerprint)."""
-        data = self.state_bytes()
+    def snapshot(self, canonical: bool = True) -> Snapshot:
+        """A checked Snapshot of what this context holds (whole-state bytes + tokens + fingerprint).
+
+        Canonical by default: dead sliding-window cells zeroed (engine/compaction.py), which a
+        graft reproduces bit for bit. `canonical=False` keeps llama.cpp's bytes as written (the
+        content address blobs had before compaction)."""
+        data = self._state_buffer()
         parsed = parse_state(data, self.engine.layout, max_cells=self.n_ctx)
         if parsed.n_tokens != len(self.tokens):
             raise EngineError(f"snapshot holds {parsed.n_tokens} cells for {len(self.tokens)} tokens")
-        return Snapshot.of(data, self.tokens, self.engine.fingerprint)
+        elided = canonicalize(data, parsed, self.engine.window) if canonical else None
+        return Snapshot.of(data, self.tokens, self.engine.fingerprint, elided)
 
     def graft(self, snapshot: Snapshot, bytes_verified: bool = False) -> GraftResult:
         """Restore `snapshot` into this (empty) context at its own positions, byte-exactly.

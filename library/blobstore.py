@@ -4,16 +4,24 @@ Writes go to a temp file in the blob's own directory (`.tmp-<sha>-<pid>-<rand>`)
 renamed into place and the directory fsynced: a reader never sees a partial blob, and a crash
 leaves at most a temp file (reclaimable by gc). The same bytes are stored once.
 
+A blob is stored as a compact container (library/container.py): its canonical bytes without the
+zero runs the writer declared (for a KV snapshot, the dead sliding-window cells). The content
+address is the SHA-256 of the canonical bytes. Blobs written before compaction are plain files
+holding their bytes as they are; both kinds are read.
+
 Reads check integrity before the bytes go anywhere, into one buffer (no intermediate copies).
-SHA-256 of the whole blob is the content address. A single SHA-256 pass is slower than reading a
-blob from the page cache, so the store also keeps the SHA-256 of each 2 MiB chunk (computed from
-the same bytes when the blob is stored, kept in the index next to the content address): the hot
-read path reads and hashes the chunks on two threads at once (`os.preadv` and hashlib both release
-the GIL) and compares each chunk digest; any flipped byte changes its chunk's digest.
+A single SHA-256 pass is slower than reading a blob from the page cache, so the store also keeps
+the SHA-256 of each 2 MiB chunk of the *stored* bytes (computed when the blob is stored, kept in
+the index next to the content address): the hot read path reads and hashes the chunks on two
+threads at once (`os.preadv` and hashlib both release the GIL), placing each live run straight
+where it belongs in the canonical buffer, and compares each chunk digest; any flipped byte
+changes its chunk's digest. The full check (`read_verified`, fsck) decodes and hashes the
+canonical bytes against the address.
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import hashlib
 import os
@@ -24,6 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
+
+from . import container
 from .errors import BlobCorrupt, BlobMissing, LibraryError, StorageFull
 
 CHUNK = 2 << 20
@@ -31,6 +42,7 @@ _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kvgraft-blob")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _TMP = re.compile(r"^\.tmp-([0-9a-f]{64})-(\d+)-[0-9a-f]+$")
 READ_CHUNK = 8 << 20
+_IOV_MAX = 1024
 
 
 def check_sha(sha256: str) -> str:
@@ -74,10 +86,13 @@ class BlobStore:
             return None
 
     # -- writing -------------------------------------------------------------------------------
-    def put(self, data, sha256: str | None = None, trusted: bool = False) -> tuple[str, bool]:
-        """Store `data`; return (sha256, written). An intact copy already there is not rewritten.
+    def put(self, data, sha256: str | None = None, trusted: bool = False, elide=None) -> "StoredBlob":
+        """Store `data` (canonical bytes) as a compact container leaving out the `elide` ranges.
 
-        `sha256` is checked against the bytes unless `trusted` (the caller hashed them just now).
+        The ranges must be zero in `data` (checked: nothing is lost). `sha256`, the content
+        address of `data`, is checked against the bytes unless `trusted` (the caller hashed
+        them just now). An intact copy already stored is not rewritten. Returns what the index
+        records: address, sizes, and the chunk digests of the stored bytes.
         """
         view = memoryview(data).cast("B")
         if trusted and sha256 is not None:
@@ -86,14 +101,23 @@ class BlobStore:
             digest = hashlib.sha256(view).hexdigest()
             if sha256 is not None and sha256 != digest:
                 raise BlobCorrupt(f"blob bytes hash to {digest}, not the declared {sha256}")
+        try:
+            c = container.make(len(view), elide)
+            container.check_zero(view, c)
+        except ValueError as exc:
+            raise LibraryError(f"blob {digest[:16]}...: {exc}") from exc
+        parts = container.pieces(view, c)
+        chunks = _digest_pieces(parts)
+        stored = StoredBlob(digest, False, len(view), c.stored_size, chunks)
         final = self.path(digest)
-        if final.is_file() and final.stat().st_size == len(view) and self._hash_file(final) == digest:
-            return digest, False
+        if final.is_file() and final.stat().st_size == c.stored_size and self._file_digests(final) == chunks:
+            return stored
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.parent / f".tmp-{digest}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             with open(tmp, "xb") as fh:
-                fh.write(view)
+                for part in parts:
+                    fh.write(part)
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, final)
@@ -101,95 +125,110 @@ class BlobStore:
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise StorageFull(f"disk full while writing blob {digest[:16]}... ({len(view):,} bytes); nothing was stored") from exc
+                raise StorageFull(f"disk full while writing blob {digest[:16]}... ({c.stored_size:,} bytes); nothing was stored") from exc
             raise LibraryError(f"could not write blob {digest[:16]}...: {exc.strerror or exc}") from exc
-        return digest, True
+        return StoredBlob(digest, True, len(view), c.stored_size, chunks)
 
     # -- reading -------------------------------------------------------------------------------
-    def read_verified(self, sha256: str, expected_size: int | None = None) -> bytearray:
-        """The blob's bytes, after checking size and SHA-256. Raises BlobMissing / BlobCorrupt."""
-        path = self.path(sha256)
+    def _open(self, sha256: str) -> int:
         try:
-            fh = open(path, "rb", buffering=0)
+            return os.open(self.path(sha256), os.O_RDONLY)
         except FileNotFoundError as exc:
             raise BlobMissing(f"blob {sha256} is missing from {self.root}") from exc
-        with fh:
-            size = os.fstat(fh.fileno()).st_size
+
+    def header(self, sha256: str) -> container.Container | None:
+        """The compact container header of a stored blob, or None for a plain (pre-compaction) blob."""
+        fd = self._open(sha256)
+        try:
+            return _read_header(fd, sha256, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+
+    def read_verified(self, sha256: str, expected_size: int | None = None) -> bytearray:
+        """The blob's canonical bytes, after checking size and SHA-256. Raises BlobMissing / BlobCorrupt."""
+        fd = self._open(sha256)
+        try:
+            file_size = os.fstat(fd).st_size
+            c = _read_header(fd, sha256, file_size)
+            size = c.size if c is not None else file_size
             if expected_size is not None and size != expected_size:
-                raise BlobCorrupt(f"blob {sha256} is {size:,} bytes, the index says {expected_size:,}")
-            buf = bytearray(size)
-            view = memoryview(buf)
-            h = hashlib.sha256()
-            pos = 0
-            while pos < size:
-                n = fh.readinto(view[pos : pos + READ_CHUNK])
-                if not n:
-                    raise BlobCorrupt(f"blob {sha256} ended early at {pos:,} of {size:,} bytes")
-                h.update(view[pos : pos + n])
-                pos += n
-        if h.hexdigest() != sha256:
+                raise BlobCorrupt(f"blob {sha256} holds {size:,} bytes, the index says {expected_size:,}")
+            if c is None:
+                buf = bytearray(size)
+                _pread_all(fd, [memoryview(buf)], 0, sha256)
+            else:
+                raw = bytearray(file_size)
+                _pread_all(fd, [memoryview(raw)], 0, sha256)
+                buf = container.decode(raw, c)
+        finally:
+            os.close(fd)
+        if hashlib.sha256(buf).hexdigest() != sha256:
             raise BlobCorrupt(f"blob {sha256} does not match its SHA-256 (damaged or tampered)")
         return buf
 
     def read_chunked(self, sha256: str, expected_size: int, chunks: bytes, into: bytearray | None = None):
-        """The blob's bytes, read and checked chunk by chunk on two threads against `chunks`.
+        """The blob's canonical bytes, read and checked chunk by chunk on two threads.
 
-        With `into` (a reusable buffer at least that large) the bytes land there and a memoryview
-        of exactly the blob's size is returned: a large fresh allocation costs a page fault per
-        4 KB page on first touch, which a reused buffer does not pay again."""
-        path = self.path(sha256)
-        n_chunks = (expected_size + CHUNK - 1) // CHUNK
-        if len(chunks) != 32 * n_chunks:
-            raise BlobCorrupt(f"blob {sha256}: the index holds {len(chunks) // 32} chunk digests for {n_chunks} chunks")
+        `chunks` are the SHA-256 digests of each CHUNK of the *stored* bytes. A compact blob's live
+        runs are read straight into their places in the output (one copy, by the kernel) and its
+        elided ranges are zero-filled; the container header is hashed with chunk 0, so the map
+        used to place the bytes is the one that was checked. With `into` (a reusable buffer at
+        least that large) the bytes land there and a memoryview of exactly the blob's size is
+        returned: a large fresh allocation costs a page fault per 4 KB page on first touch."""
+        fd = self._open(sha256)
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError as exc:
-            raise BlobMissing(f"blob {sha256} is missing from {self.root}") from exc
-        try:
-            size = os.fstat(fd).st_size
+            file_size = os.fstat(fd).st_size
+            c = _read_header(fd, sha256, file_size)
+            size = c.size if c is not None else file_size
             if size != expected_size:
-                raise BlobCorrupt(f"blob {sha256} is {size:,} bytes, the index says {expected_size:,}")
+                raise BlobCorrupt(f"blob {sha256} holds {size:,} bytes, the index says {expected_size:,}")
+            n_chunks = (file_size + CHUNK - 1) // CHUNK
+            if len(chunks) != 32 * n_chunks:
+                raise BlobCorrupt(f"blob {sha256}: the index holds {len(chunks) // 32} chunk digests for {n_chunks} chunks")
             if into is not None and len(into) >= size:
                 buf = view = memoryview(into)[:size]
             else:
                 buf = bytearray(size)
                 view = memoryview(buf)
-
-            def one(i: int) -> bool:
-                off = i * CHUNK
-                part = view[off : off + CHUNK]
-                got = 0
-                while got < len(part):
-                    r = os.preadv(fd, [part[got:]], off + got)
-                    if r == 0:
-                        return False
-                    got += r
-                return hashlib.sha256(part).digest() == chunks[32 * i : 32 * i + 32]
-
-            try:
-                results = list(_POOL.map(one, range(n_chunks)))  # every chunk read finished before fd closes
+            plan = _ReadPlan(view, c, file_size)
+            try:  # every read finishes before fd closes
+                results = list(_POOL.map(lambda i: plan.read_chunk(fd, i, chunks[32 * i : 32 * i + 32]), range(n_chunks)))
+                if c is not None:
+                    list(_POOL.map(plan.zero_fill, range(2)))
             except OSError as exc:
                 raise BlobCorrupt(f"blob {sha256} cannot be read: {exc.strerror or exc}") from exc
-            ok = all(results)
         finally:
             os.close(fd)
-        if not ok:
+        if not all(results) or (c is not None and bytes(plan.header_copy) != c.header):
             raise BlobCorrupt(f"blob {sha256} does not match its SHA-256 (damaged or tampered)")
         return buf
 
-    def _hash_file(self, path: Path) -> str:
-        h = hashlib.sha256()
+    def stored_bytes(self, sha256: str) -> bytes:
+        """The blob's file exactly as stored (container or plain), unchecked: for packs."""
+        return self.path(sha256).read_bytes()
+
+    def _file_digests(self, path: Path) -> bytes:
+        out = []
         with open(path, "rb", buffering=0) as fh:
-            while chunk := fh.read(READ_CHUNK):
-                h.update(chunk)
-        return h.hexdigest()
+            while chunk := fh.read(CHUNK):
+                out.append(hashlib.sha256(chunk).digest())
+        return b"".join(out)
+
+    def stored_digests(self, sha256: str) -> bytes:
+        """Chunk digests of the stored file as it is now (for fsck's comparison with the index)."""
+        return self._file_digests(self.path(sha256))
 
     def verify(self, sha256: str) -> str | None:
-        """None when the blob is intact, else a short reason ("missing", "hash mismatch")."""
-        path = self.path(sha256)
-        if not path.is_file():
+        """None when the blob is intact, else a short reason ("missing", "hash mismatch", ...)."""
+        if not self.path(sha256).is_file():
             return "missing"
-        return None if self._hash_file(path) == sha256 else "hash mismatch"
+        try:
+            self.read_verified(sha256)
+        except BlobMissing:
+            return "missing"
+        except BlobCorrupt as exc:
+            return "hash mismatch" if "SHA-256" in str(exc) else f"unreadable: {exc}"
+        return None
 
     # -- listing and removal -------------------------------------------------------------------
     def iter_blobs(self) -> Iterator[str]:
@@ -219,6 +258,118 @@ class BlobStore:
             return False
         _fsync_dir(path.parent)
         return True
+
+
+@dataclass(frozen=True)
+class StoredBlob:
+    sha256: str
+    written: bool  # False: an intact copy was already there
+    size: int  # canonical bytes (what a graft reads)
+    stored_size: int  # bytes on disk
+    chunks: bytes  # SHA-256 of each CHUNK of the stored bytes
+
+
+def _digest_pieces(parts: list[memoryview]) -> bytes:
+    """Chunk digests of the concatenation of `parts`, without concatenating them."""
+    out, h, filled = [], hashlib.sha256(), 0
+    for part in parts:
+        pos = 0
+        while pos < len(part):
+            take = min(CHUNK - filled, len(part) - pos)
+            h.update(part[pos : pos + take])
+            pos += take
+            filled += take
+            if filled == CHUNK:
+                out.append(h.digest())
+                h, filled = hashlib.sha256(), 0
+    if filled:
+        out.append(h.digest())
+    return b"".join(out)
+
+
+def _pread_all(fd: int, views: list[memoryview], offset: int, sha256: str) -> None:
+    """Fill `views` from the file at `offset` (preadv, at most IOV_MAX buffers a call, short reads resumed)."""
+    views = [v for v in views if len(v)]
+    i = 0
+    while i < len(views):
+        batch = views[i : i + _IOV_MAX]
+        want = sum(len(v) for v in batch)
+        got = os.preadv(fd, batch, offset)
+        if got == want:
+            i += len(batch)
+            offset += got
+            continue
+        if got <= 0:
+            raise BlobCorrupt(f"blob {sha256} ended early (truncated file)")
+        offset += got
+        while got >= len(views[i]):  # drop what was filled, keep the rest of a partly filled view
+            got -= len(views[i])
+            i += 1
+        views[i] = views[i][got:]
+
+
+def _read_header(fd: int, sha256: str, file_size: int) -> container.Container | None:
+    head = os.pread(fd, 4096, 0)
+    if not container.is_container(head):
+        return None
+    return container.parse_header(head, lambda off, n: os.pread(fd, n, off), stored_size=file_size)
+
+
+class _ReadPlan:
+    """Where each stored chunk of a blob lands in the output buffer (see BlobStore.read_chunked)."""
+
+    def __init__(self, view: memoryview, c: container.Container | None, file_size: int) -> None:
+        self.view, self.c, self.file_size = view, c, file_size
+        if c is not None:
+            self.header_copy = bytearray(c.header_size)
+            self.canon, self.length, self.stored = (a.tolist() for a in c.live_segments())
+            self._stored_np = np.asarray(self.stored, dtype=np.int64)
+
+    def targets(self, lo: int, hi: int) -> list[memoryview]:
+        """Views that receive stored bytes lo..hi, in order."""
+        if self.c is None:
+            return [self.view[lo:hi]]
+        out = []
+        hs = self.c.header_size
+        if lo < hs:
+            out.append(memoryview(self.header_copy)[lo : min(hi, hs)])
+            lo = hs
+        if lo >= hi:
+            return out
+        j = max(0, int(np.searchsorted(self._stored_np, lo, side="right")) - 1)
+        while j < len(self.stored) and self.stored[j] < hi:
+            s, n, a = self.stored[j], self.length[j], self.canon[j]
+            a0, a1 = max(lo, s), min(hi, s + n)
+            if a1 > a0:
+                out.append(self.view[a + (a0 - s) : a + (a1 - s)])
+            j += 1
+        return out
+
+    def read_chunk(self, fd: int, i: int, digest: bytes) -> bool:
+        lo, hi = i * CHUNK, min((i + 1) * CHUNK, self.file_size)
+        views = self.targets(lo, hi)
+        try:
+            _pread_all(fd, list(views), lo, "")
+        except BlobCorrupt:
+            return False
+        h = hashlib.sha256()
+        for v in views:
+            h.update(v)
+        return h.digest() == digest
+
+    def zero_fill(self, part: int) -> None:
+        """Zero the elided ranges (half of them by bytes for each of two workers); memset drops the GIL."""
+        ranges = self.c.ranges
+        if not len(ranges):
+            return
+        cum = np.cumsum(ranges[:, 1].astype(np.int64))
+        split = int(np.searchsorted(cum, cum[-1] // 2))
+        sel = ranges[: split + 1] if part == 0 else ranges[split + 1 :]
+        if not len(sel):
+            return
+        base = ctypes.addressof(ctypes.c_char.from_buffer(self.view))
+        for off, n in sel.tolist():
+            ctypes.memset(base + off, 0, n)
 
 
 def chunk_digests(data) -> bytes:

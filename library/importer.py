@@ -5,14 +5,20 @@ fingerprint, every blob's SHA-256 and state layout, and each entry's tokens. Her
 recorded as pending, written (a blob already in the store is not copied again), and then every
 entry, its prefix keys and the pack's row go in ONE transaction. A kill before that commit
 leaves only reclaimable blobs; after it, the whole pack.
+
+Blobs are stored compact and addressed by their canonical bytes. A format 2 pack carries them
+that way; a format 1 pack carries the bytes as llama.cpp wrote them, and the caller's
+`canonicalize(buffer) -> elided ranges` (engine/compaction.py with the model's window) turns
+each into its canonical form first: its entries get the new address, the old one is kept in
+`blob_aliases`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Callable, Sequence
 
-from .blobstore import chunk_digests
 from .errors import LibraryError
 from .index import Library, now
 from .normalize import question_key
@@ -30,6 +36,7 @@ def commit_pack(
     model: ModelRecord,
     signer: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    canonicalize: Callable[[bytearray], object] | None = None,
 ) -> dict:
     entries = reader.manifest.entries
     if len(tokens) != len(entries):
@@ -38,20 +45,31 @@ def commit_pack(
         if len(t) != e.n_tokens or tokens_sha256(t) != e.tokens_sha256:
             raise LibraryError(f"entry {i}: its text does not tokenize to the tokens the pack declares")
     shas = reader.blob_shas()
-    pending = lib.mark_pending(shas)
+    if not reader.compact and canonicalize is None:
+        raise LibraryError("a format 1 pack's blobs need canonicalizing: pass the model's canonicalize function")
+    pending: list[int] = []
     try:
-        chunks = {}
+        stored, address = {}, {}
         for k, sha in enumerate(shas):
-            data = reader.read_blob(sha)  # checked against its SHA-256 again as it is read
-            lib.blobs.put(data, sha, trusted=True)  # an intact copy already stored is not written again
-            chunks[sha] = chunk_digests(data)
+            data, ranges = reader.read_blob_ranges(sha)  # checked against its SHA-256 again as it is read
+            new = sha
+            if ranges is None:
+                data = bytearray(data)
+                ranges = canonicalize(data)
+                new = hashlib.sha256(data).hexdigest()
+            pending += lib.mark_pending([new])
+            stored[new] = lib.blobs.put(data, new, trusted=True, elide=ranges)  # an intact copy is not written again
+            address[sha] = new
             if on_progress:
                 on_progress(k + 1, len(shas))
         imported = skipped = 0
         with lib.write():
             lib._insert_model(model)
-            for sha in shas:
-                lib.insert_blob_row(sha, reader.members[f"blobs/{sha}"].file_size, chunks[sha])
+            for sha, new in address.items():
+                lib.insert_blob_row(stored[new])
+                if new != sha:
+                    lib.db.execute("INSERT OR REPLACE INTO blob_aliases (legacy_sha256, sha256, converted_at) VALUES (?, ?, ?)",
+                                   [sha, new, now()])
             row = lib.db.execute("SELECT id FROM packs WHERE sha256 = ?", [pack_sha256]).fetchone()
             if row:
                 pack_id = row[0]
@@ -71,7 +89,7 @@ def commit_pack(
                     "kind": e.kind, "title": e.title, "question": e.question,
                     "question_key": question_key(e.question) if e.question else None, "text": e.text,
                     "tokens": pack_tokens(t), "n_tokens": e.n_tokens, "tokens_sha256": e.tokens_sha256,
-                    "answer": e.answer, "blob_sha256": e.blob_sha256, "blob_size": e.blob_size, "fingerprint": fp,
+                    "answer": e.answer, "blob_sha256": address[e.blob_sha256], "blob_size": e.blob_size, "fingerprint": fp,
                     "model_sha256": reader.manifest.model_sha256, "source": "pack", "pack_id": pack_id,
                     "created_at": t_now, "verified_at": t_now if e.answer is not None else None, "damaged": None,
                     "receipt": json.dumps(e.receipt, sort_keys=True) if e.receipt else None, "checker": e.checker,

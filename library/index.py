@@ -25,7 +25,7 @@ from typing import Iterator, Sequence
 
 from sqlite_utils import Database
 
-from .blobstore import BlobStore, check_sha, chunk_digests
+from .blobstore import BlobStore, StoredBlob, check_sha
 from .errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
 from .normalize import question_key
 from .records import KINDS, Entry, ModelRecord
@@ -118,8 +118,12 @@ class Library:
         pack_id: int | None = None,
         receipt: dict | None = None,
         checker: str | None = None,
+        elided=None,
     ) -> tuple[Entry, bool]:
-        """Store a blob and its entry; return (entry, created). The same deposit twice is one entry."""
+        """Store a blob and its entry; return (entry, created). The same deposit twice is one entry.
+
+        `blob` is the canonical bytes (its SHA-256 is the address); `elided` lists the byte ranges
+        of it that are zero and need not be stored (library/container.py)."""
         if kind not in KINDS:
             raise LibraryError(f"kind must be one of {KINDS}, got {kind!r}")
         if not tokens:
@@ -134,9 +138,8 @@ class Library:
             raise BlobCorrupt(f"blob bytes hash to {sha}, not the declared {blob_sha256}")
         [pending_id] = self.mark_pending([sha])  # before the file exists: gc must not take it
         try:
-            self.blobs.put(view, sha, trusted=True)
-            chunks = chunk_digests(view)
-            entry_id = self._commit_entry(same, pending_id, sha, len(view), chunks, dict(
+            stored = self.blobs.put(view, sha, trusted=True, elide=elided)
+            entry_id = self._commit_entry(same, pending_id, stored, dict(
                 kind=kind, title=title, question=question, question_key=question_key(question) if question else None,
                 text=text, tokens=pack_tokens(tokens), n_tokens=len(tokens), tokens_sha256=tsha, answer=answer,
                 blob_sha256=sha, blob_size=len(view), fingerprint=fingerprint,
@@ -148,12 +151,13 @@ class Library:
             raise
         return self.get(entry_id), same is None
 
-    def _commit_entry(self, same: Entry | None, pending_id: int, sha: str, size: int, chunks: bytes, row: dict,
+    def _commit_entry(self, same: Entry | None, pending_id: int, stored: StoredBlob, row: dict,
                       model: ModelRecord | None) -> int:
+        sha, size = stored.sha256, stored.size
         with self.write():
             if model is not None:
                 self._insert_model(model)
-            self.insert_blob_row(sha, size, chunks)
+            self.insert_blob_row(stored)
             again = self.find_same(row["tokens_sha256"], row["fingerprint"], row["kind"], row["question"], row["answer"])
             if again is not None and again.damaged is None:  # another process committed it meanwhile
                 entry_id = again.id
@@ -182,10 +186,14 @@ class Library:
             raise LibraryError("gc reclaimed a blob this write was still using (its pending record had expired); "
                                "nothing was committed, try again")
 
-    def insert_blob_row(self, sha: str, size: int, chunks: bytes) -> None:
-        """Record a stored blob (inside a write transaction); an existing row gets its chunk digests if it had none."""
-        self.db["blobs"].insert({"sha256": sha, "size": size, "created_at": now(), "chunks": chunks}, ignore=True)
-        self.db.execute("UPDATE blobs SET chunks = ? WHERE sha256 = ? AND chunks IS NULL", [chunks, sha])
+    def insert_blob_row(self, stored: StoredBlob) -> None:
+        """Record a blob just stored (inside a write transaction). An existing row takes the stored
+        form's sizes and chunk digests: `put` has just checked or written the file they describe."""
+        self.db.execute(
+            "INSERT INTO blobs (sha256, size, created_at, chunks, stored_size, canonical) VALUES (?, ?, ?, ?, ?, 1) "
+            "ON CONFLICT(sha256) DO UPDATE SET chunks = excluded.chunks, stored_size = excluded.stored_size, canonical = 1",
+            [stored.sha256, stored.size, now(), stored.chunks, stored.stored_size],
+        )
 
     def _insert_model(self, model: ModelRecord) -> None:
         self.db["models"].insert(
@@ -343,13 +351,20 @@ class Library:
         q = self.db.execute
         entries = q("SELECT count(*) FROM entries").fetchone()[0]
         tokens = q("SELECT coalesce(sum(n_tokens), 0) FROM entries").fetchone()[0]
-        blobs, nbytes = q("SELECT count(*), coalesce(sum(size), 0) FROM blobs").fetchone()
+        blobs, nbytes, canonical_bytes, legacy = q(
+            "SELECT count(*), coalesce(sum(coalesce(stored_size, size)), 0), coalesce(sum(size), 0), "
+            "coalesce(sum(canonical IS NOT 1), 0) FROM blobs").fetchone()
+        blob_tokens = q("SELECT coalesce(sum(n), 0) FROM (SELECT max(n_tokens) AS n FROM entries GROUP BY blob_sha256)").fetchone()[0]
         out = {
             "entries": entries,
             "blobs": blobs,
-            "bytes": nbytes,
+            "bytes": nbytes,  # on disk
+            "canonical_bytes": canonical_bytes,  # what the blobs hold uncompacted
             "tokens": tokens,
-            "bytes_per_token": (nbytes / tokens) if tokens else None,
+            "blob_tokens": blob_tokens,  # tokens held by distinct blobs
+            "bytes_per_token": (nbytes / blob_tokens) if blob_tokens else None,
+            "canonical_bytes_per_token": (canonical_bytes / blob_tokens) if blob_tokens else None,
+            "uncompacted_blobs": legacy,
             "damaged": q("SELECT count(*) FROM entries WHERE damaged IS NOT NULL").fetchone()[0],
             "by_kind": {k: c for k, c in q("SELECT kind, count(*) FROM entries GROUP BY kind")},
             "data_dir": str(self.root),

@@ -9,7 +9,9 @@ Temp files are treated the same way by the pid in their name.
 
 fsck separates damage (`problems`: a missing or corrupt blob, an index row that points nowhere,
 an entry marked damaged) from leftovers of interrupted writes (`reclaimable`: orphan blobs,
-unreferenced blob rows, temp files, stale pending rows), which are not problems.
+unreferenced blob rows, temp files, stale pending rows), which are not problems. Blobs stored
+before compaction (`uncompacted`) are not problems either: they read and graft as before, and
+`kvgraft fsck --repair` compacts them (app/compaction.py, which needs the model's window).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import socket
 import sqlite3
 import time
 
-from .blobstore import chunk_digests
 from .index import Library
 
 GRACE_S = 3600.0
@@ -79,7 +80,7 @@ def _check_chunks(lib: Library, sha: str, problems: list, repaired: list, repair
     row = lib.db.execute("SELECT chunks, size FROM blobs WHERE sha256 = ?", [sha]).fetchone()
     if row is None:
         return
-    want = chunk_digests(lib.blobs.path(sha).read_bytes())
+    want = lib.blobs.stored_digests(sha)
     if row[0] == want:
         return
     if repair:
@@ -150,7 +151,7 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
     for row in q("SELECT id, blob_sha256 FROM entries WHERE blob_sha256 NOT IN (SELECT sha256 FROM blobs)"):
         problems.append({"kind": "dangling_entry", "entry": row[0], "blob": row[1], "detail": "entry points to no blob row"})
 
-    blob_rows = {r[0]: r[1] for r in q("SELECT sha256, size FROM blobs")}
+    blob_rows = {r[0]: r[1] for r in q("SELECT sha256, coalesce(stored_size, size) FROM blobs")}  # bytes on disk
     referenced = {}
     for eid, sha in q("SELECT id, blob_sha256 FROM entries"):
         referenced.setdefault(sha, []).append(eid)
@@ -198,5 +199,6 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
         repaired.append(f"gc: {r['removed_blobs']} orphan blobs, {r['removed_temp_files']} temp files, {r['removed_pending']} stale pending rows")
         reclaimable = []
 
+    uncompacted = q("SELECT count(*) FROM blobs WHERE canonical IS NOT 1").fetchone()[0]
     return {"ok": not problems, "problems": problems, "reclaimable": reclaimable, "repaired": repaired,
-            "entries": lib.count(), "blobs_on_disk": len(on_disk)}
+            "entries": lib.count(), "blobs_on_disk": len(on_disk), "uncompacted": uncompacted}

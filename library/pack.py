@@ -1,5 +1,9 @@
 """The `.kvpack` container: a zip of `manifest.json` and `blobs/<sha256>` (stored, uncompressed).
 
+Format 2 stores each blob as a compact container (library/container.py) named by the SHA-256 of
+its canonical bytes, with `blob_stored_size` in the manifest; format 1 stored the bytes as they
+were. Both are read: `read_blob` always returns the bytes the name is the SHA-256 of.
+
 Reading validates the archive and the manifest completely before anything else looks at them;
 every failure is a PackError whose message names the problem. The format is written down in
 docs/pack-format.md; FORMAT_VERSION goes up with any change a reader of the old version could
@@ -18,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from . import container
 from .errors import LibraryError
 from .records import KINDS
 from .signing import SIGNATURE, Signer, SigningError, sign_manifest, verify_signature
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 256 << 20
 MAX_MEMBERS = 2_000_001
@@ -38,7 +43,8 @@ class PackError(LibraryError):
 @dataclass(frozen=True)
 class PackEntry:
     blob_sha256: str
-    blob_size: int
+    blob_size: int  # the bytes the SHA-256 is of (canonical)
+    blob_stored_size: int  # the member's size: a compact container in format 2, = blob_size in format 1
     kind: str
     title: str | None
     question: str | None
@@ -113,13 +119,16 @@ def parse_manifest(raw: dict) -> Manifest:
         n_tokens = _get(item, "n_tokens", int, where)
         if size < 1 or n_tokens < 1:
             raise _fail(f"manifest: {where} has a non-positive blob_size or n_tokens")
+        stored_size = _get(item, "blob_stored_size", int, where) if version >= 2 else size
+        if stored_size < 1:
+            raise _fail(f"manifest: {where} has a non-positive blob_stored_size")
         text = _get(item, "text", str, where)
         if len(text) > MAX_TEXT_CHARS:
             raise _fail(f"manifest: {where} text is longer than {MAX_TEXT_CHARS:,} characters")
         receipt = _get(item, "receipt", dict, where, optional=True)
         entries.append(PackEntry(
             blob_sha256=_sha(_get(item, "blob_sha256", str, where), f"{where} blob_sha256"),
-            blob_size=size, kind=kind, text=text, n_tokens=n_tokens,
+            blob_size=size, blob_stored_size=stored_size, kind=kind, text=text, n_tokens=n_tokens,
             title=_get(item, "title", str, where, optional=True),
             question=_get(item, "question", str, where, optional=True),
             answer=_get(item, "answer", str, where, optional=True),
@@ -228,9 +237,11 @@ class PackReader:
         named = {}
         for i, e in enumerate(self.manifest.entries):
             prev = named.get(e.blob_sha256)
-            if prev is not None and prev != e.blob_size:
+            if prev is not None and prev != e.blob_stored_size:
                 raise _fail(f"manifest: entry {i} gives blob {e.blob_sha256[:16]}... a size that another entry contradicts")
-            named[e.blob_sha256] = e.blob_size
+            named[e.blob_sha256] = e.blob_stored_size
+            if self.manifest.format_version < 2 and e.blob_size != e.blob_stored_size:
+                raise _fail(f"manifest: entry {i} gives blob {e.blob_sha256[:16]}... two sizes in a format 1 pack")
         present = {m.group(1): info for name, info in self.members.items() if (m := _BLOB_MEMBER.match(name))}
         for sha, size in named.items():
             info = present.get(sha)
@@ -268,8 +279,32 @@ class PackReader:
     def blob_shas(self) -> list[str]:
         return sorted({e.blob_sha256 for e in self.manifest.entries})
 
-    def read_blob(self, sha256: str) -> bytes:
-        """The blob's bytes, checked against its name (SHA-256) and declared size."""
+    @property
+    def compact(self) -> bool:
+        return self.manifest.format_version >= 2
+
+    def read_blob(self, sha256: str) -> bytes | bytearray:
+        """The blob's canonical bytes, checked against its name (SHA-256) and declared sizes."""
+        return self.read_blob_ranges(sha256)[0]
+
+    def read_blob_ranges(self, sha256: str):
+        """(canonical bytes, elided ranges) of a blob, checked; ranges are None in a format 1 pack."""
+        data = self._read_member(sha256)
+        ranges = None
+        if self.compact:
+            try:
+                c = container.parse_header(data, stored_size=len(data))
+            except container.ContainerError as exc:
+                raise _fail(f"blob {sha256[:16]}... is not a valid compact blob: {exc}") from exc
+            sizes = {e.blob_size for e in self.manifest.entries if e.blob_sha256 == sha256}
+            if sizes != {c.size}:
+                raise _fail(f"blob {sha256[:16]}... holds {c.size:,} bytes, the manifest says {sorted(sizes)}")
+            data, ranges = container.decode(data, c), c.ranges
+        if hashlib.sha256(data).hexdigest() != sha256:
+            raise _fail(f"blob {sha256[:16]}... does not match its SHA-256 (damaged or tampered)")
+        return data, ranges
+
+    def _read_member(self, sha256: str) -> bytes:
         info = self.members.get(f"blobs/{sha256}")
         if info is None:
             raise _fail(f"the archive does not hold blob {sha256[:16]}...")
@@ -280,15 +315,13 @@ class PackReader:
             raise _fail(f"blob {sha256[:16]}... cannot be read (truncated archive?): {exc}") from exc
         if len(data) != info.file_size:
             raise _fail(f"blob {sha256[:16]}... is {len(data):,} bytes, the archive declares {info.file_size:,}")
-        if hashlib.sha256(data).hexdigest() != sha256:
-            raise _fail(f"blob {sha256[:16]}... does not match its SHA-256 (damaged or tampered)")
         return data
 
 
 def write_pack(path: Path, manifest: dict, blobs: Iterable[tuple[str, Callable[[], bytes]]],
                sign_key: Path | None = None) -> int:
     """Write a pack atomically (temp file, fsync, rename); return its size. Blobs are stored
-    uncompressed. With `sign_key` (an Ed25519 private key file) the manifest bytes are signed."""
+    uncompressed, as the loaders give them (compact containers in format 2). With `sign_key` (an Ed25519 private key file) the manifest bytes are signed."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     manifest_bytes = json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8")

@@ -98,6 +98,21 @@ def m005_blob_chunks(db: Database) -> None:
     db["blobs"].add_column("chunks", bytes)
 
 
+@migrations()
+def m006_compaction(db: Database) -> None:
+    """Compact blobs (library/container.py): a blob's address becomes the SHA-256 of its canonical
+    bytes, and the file leaves out their zero runs.
+
+    `stored_size`: bytes on disk (NULL for a plain pre-compaction file, whose size is `size`).
+    `canonical`: 1 when the address is of canonical bytes; older rows are converted, with their
+    entries re-pointed and the old address kept in `blob_aliases`, by `kvgraft fsck --repair`
+    (app/compaction.py), which needs the model's window and so cannot run inside SQL."""
+    db["blobs"].add_column("stored_size", int)
+    db["blobs"].add_column("canonical", int)
+    db["blob_aliases"].create({"legacy_sha256": str, "sha256": str, "converted_at": str}, pk="legacy_sha256")
+    db["blob_aliases"].create_index(["sha256"])
+
+
 def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens: int) -> None:
     tokens = unpack_tokens(tokens_blob)
     keys = prefix_keys(tokens, entry_key_lengths(n_tokens))
@@ -107,4 +122,4 @@ def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens
     )
 
 
-MIGRATIONS = ["m001_core", "m002_fts", "m003_prefix_keys", "m004_entry_receipts", "m005_blob_chunks"]
+MIGRATIONS = ["m001_core", "m002_fts", "m003_prefix_keys", "m004_entry_receipts", "m005_blob_chunks", "m006_compaction"]

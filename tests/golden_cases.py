@@ -16,6 +16,10 @@ def compute_case(engine, case: dict) -> dict:
     toks = prefix_tokens(engine.model, case["tokens"], seed=case["seed"])
     with engine.session() as s:
         s.prefill(toks)
+        raw = s.snapshot(canonical=False)
         snap = s.snapshot()
         logits = s.logits()
-    return {**case, "snapshot_sha256": snap.sha256, "snapshot_bytes": len(snap.data), "logits_sha256": logits_sha256(logits)}
+    # snapshot_sha256 is the content address (canonical: dead window cells zeroed); raw_snapshot_sha256
+    # is llama.cpp's bytes as written, the address blobs had before compaction
+    return {**case, "snapshot_sha256": snap.sha256, "raw_snapshot_sha256": raw.sha256, "snapshot_bytes": len(snap.data),
+            "elided_bytes": int(snap.elided[:, 1].sum()) if len(snap.elided) else 0, "logits_sha256": logits_sha256(logits)}

@@ -37,13 +37,15 @@ def _import_synthetic_pack(lib: Library, home: Path, rng: random.Random, seed: i
         blob = rng.randbytes(blob_bytes)
         import hashlib
 
+        from library import container
+
         sha = hashlib.sha256(blob).hexdigest()
-        blobs[sha] = blob
+        blobs[sha] = container.make(len(blob), []).header + blob  # a compact container eliding nothing
         toks.append(t)
-        entries.append({"blob_sha256": sha, "blob_size": len(blob), "kind": "document", "title": None,
+        entries.append({"blob_sha256": sha, "blob_size": len(blob), "blob_stored_size": len(blobs[sha]), "kind": "document", "title": None,
                         "question": f"pack {seed}-{i} item {k}", "text": f"pack {seed}-{i} item {k}", "answer": None,
                         "n_tokens": len(t), "tokens_sha256": tokens_sha256(t), "checker": None, "receipt": None})
-    manifest = {"format_version": 1, "kvgraft_version": "test", "model": {"sha256": "a" * 64, "name": "m", "architecture": "x"},
+    manifest = {"format_version": 2, "kvgraft_version": "test", "model": {"sha256": "a" * 64, "name": "m", "architecture": "x"},
                 "fingerprint": FINGERPRINT, "entries": entries}
     path = home.parent / f"worker-{seed}-{i}.kvpack"
     write_pack(path, manifest, [(sha, lambda b=b: b) for sha, b in blobs.items()])

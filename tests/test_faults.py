@@ -72,7 +72,7 @@ def test_disk_full_during_deposit(engine, small_disk, monkeypatch):
         service = LibraryService(engine, lib)
         ok = service.deposit("A short note that fits.").entry  # ~0.4 MB
         with pytest.raises(StorageFull, match="disk full"):
-            service.deposit(synthetic_text(1500, seed=5))  # ~37 MB blob: more than the disk
+            service.deposit(synthetic_text(3000, seed=5))  # ~3,900 tokens: ~19 MB compact blob, more than the disk
         assert lib.count() == 1 and lib.get(ok.id)
         assert list(lib.blobs.iter_temp()) == []
         report = fsck(lib)

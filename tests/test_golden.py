@@ -36,5 +36,7 @@ def test_golden_hashes(engine, golden, case):
     want = next(c for c in golden["cases"] if c["name"] == case["name"])
     got = compute_case(engine, case)
     assert got["snapshot_sha256"] == want["snapshot_sha256"]
+    assert got["raw_snapshot_sha256"] == want["raw_snapshot_sha256"]
+    assert got["elided_bytes"] == want["elided_bytes"]
     assert got["logits_sha256"] == want["logits_sha256"]
     assert got["snapshot_bytes"] == want["snapshot_bytes"]

@@ -125,8 +125,9 @@ def test_longest_prefix_respects_fingerprint_and_damage(lib):
 
 
 def test_read_blob_checks_integrity_and_marks_damage(lib):
-    e = add(lib, [1, 2, 3], blob=os.urandom(5000))
-    assert bytes(lib.read_blob(e)) == lib.blobs.path(e.blob_sha256).read_bytes()
+    blob = os.urandom(5000)
+    e = add(lib, [1, 2, 3], blob=blob)
+    assert bytes(lib.read_blob(e)) == blob
     path = lib.blobs.path(e.blob_sha256)
     data = bytearray(path.read_bytes())
     data[1234] ^= 0x40
@@ -144,8 +145,10 @@ def test_stats_contract(lib):
     add(lib, list(range(100)), blob=os.urandom(1000))
     add(lib, list(range(300)), blob=os.urandom(3000))
     s = lib.stats(n_ctx=200, fingerprint=FP)
-    assert (s["entries"], s["blobs"], s["bytes"], s["tokens"]) == (2, 2, 4000, 400)
-    assert s["context_multiple"] == 2.0 and s["bytes_per_token"] == 10.0 and s["graftable"] == 2
+    # bytes on disk: each blob is a compact container with a 24-byte header and nothing elided
+    assert (s["entries"], s["blobs"], s["bytes"], s["canonical_bytes"], s["tokens"]) == (2, 2, 4048, 4000, 400)
+    assert s["context_multiple"] == 2.0 and s["bytes_per_token"] == 10.12 and s["canonical_bytes_per_token"] == 10.0
+    assert s["graftable"] == 2 and s["uncompacted_blobs"] == 0
 
 
 def test_remove_keeps_blob_until_gc(lib):

@@ -63,7 +63,7 @@ def test_damage_is_a_problem(lib):
 
 def test_leftovers_are_reclaimable_not_problems(lib):
     e = add(lib, 10)
-    orphan_sha, _ = lib.blobs.put(os.urandom(100))
+    orphan_sha = lib.blobs.put(os.urandom(100)).sha256
     tmp = lib.blobs.root / orphan_sha[:2] / f".tmp-{'c' * 64}-999999999-abcd"
     tmp.write_bytes(b"partial")
     lib.db.execute("INSERT INTO pending_blobs (sha256, pid, host, created_at) VALUES (?, ?, ?, ?)",
@@ -91,7 +91,7 @@ def test_dangling_index_rows(lib):
 
 
 def test_gc_keeps_live_pending_blob(lib):
-    sha, _ = lib.blobs.put(os.urandom(100))
+    sha = lib.blobs.put(os.urandom(100)).sha256
     lib.db.execute("INSERT INTO pending_blobs (sha256, pid, host, created_at) VALUES (?, ?, ?, datetime('now'))",
                    [sha, os.getpid(), os.uname().nodename])
     lib.db.conn.commit()

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 import app.cli.common as common
 import library.pack as pack_mod
+from library import container
 from app.cli import cli
 from app.library_service import LibraryService, open_library
 from app.packs import build_pack, import_pack
@@ -164,9 +165,11 @@ def _variants(good, d):
     add("blob-hash-mismatch", pm.rebuild(good, d / "flip.kvpack", replace_blob=lambda n, b: b[:100] + bytes([b[100] ^ 1]) + b[101:] if n == blob_name else b), "does not match its SHA-256")
     junk = pm.random_bytes(len(blobs[blob_name]), 1)
     jsha = hashlib.sha256(junk).hexdigest()
+    jstored = container.make(len(junk), []).header + junk  # a valid compact container of bytes that are no state
     add("valid-hash-not-a-state", pm.rebuild(
-        good, d / "junk.kvpack", edit_manifest=lambda m: m["entries"][0].update(blob_sha256=jsha),
-        replace_blob=lambda n, b: junk if n == blob_name else b,
+        good, d / "junk.kvpack",
+        edit_manifest=lambda m: m["entries"][0].update(blob_sha256=jsha, blob_size=len(junk), blob_stored_size=len(jstored)),
+        replace_blob=lambda n, b: jstored if n == blob_name else b,
         rename=lambda n: f"blobs/{jsha}" if n == blob_name else n), "not a valid state")
     add("other-fingerprint", pm.rebuild(good, d / "fp.kvpack", edit_manifest=lambda m: m.update(fingerprint="0" * 64)), "fingerprint")
     add("other-model", pm.rebuild(good, d / "model.kvpack", edit_manifest=lambda m: m["model"].update(sha256="1" * 64, name="Llama")), "made for model Llama")

@@ -10,9 +10,10 @@ import click
 from library.maintenance import fsck as run_fsck
 from library.maintenance import gc as run_gc
 
+from ..compaction import compact_library, uncompacted
 from ..library_service import LibraryService, open_library
 from ..packs import trust_store
-from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors, token_progress
+from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors, stage_progress, token_progress
 
 
 def _read_text(text: str | None, source: str | None) -> str:
@@ -113,14 +114,18 @@ def show(entry_id, as_json) -> None:
     with open_library() as lib:
         e = lib.get(entry_id)
         pack = lib.pack(e.pack_id) if e.pack_id else None
+        on_disk = lib.blobs.size(e.blob_sha256)
     provenance = provenance_text(pack)
     if as_json:
-        emit_json(e.as_dict() | {"provenance": provenance, "signed_by": pack["signer"] if pack else None})
+        emit_json(e.as_dict() | {"provenance": provenance, "signed_by": pack["signer"] if pack else None,
+                                 "blob_stored_size": on_disk})
         return
     rows = [
         ("entry", f"#{e.id} ({e.kind})"), ("title", e.title), ("question", e.question), ("answer", e.answer),
         ("tokens", f"{e.n_tokens:,} (sha256 {e.tokens_sha256})"),
-        ("blob", f"{e.blob_sha256} ({e.blob_size:,} bytes)"), ("fingerprint", e.fingerprint),
+        ("blob", f"{e.blob_sha256} ({e.blob_size:,} bytes, "
+                 + (f"{on_disk:,} on disk)" if on_disk is not None else "missing from disk)")),
+        ("fingerprint", e.fingerprint),
         ("model", e.model_sha256), ("source", provenance),
         ("created", e.created_at), ("verified", e.verified_at), ("damaged", e.damaged),
     ]
@@ -166,7 +171,7 @@ def gc(as_json) -> None:
 
 
 @click.command()
-@click.option("--repair", is_flag=True, help="Repair what is safe: reclaim leftovers, fix index rows, mark damage.")
+@click.option("--repair", is_flag=True, help="Repair what is safe: compact blobs from before compaction, reclaim leftovers, fix index rows, mark damage.")
 @click.option("--quick", is_flag=True, help="Skip re-hashing every blob (sizes and presence only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (ok, problems, reclaimable).")
 @handle_errors
@@ -177,7 +182,18 @@ def fsck(repair, quick, as_json) -> None:
     problems), 1 otherwise.
     """
     with open_library() as lib:
+        compacted = None
+        if repair and uncompacted(lib):
+            report = stage_progress("fsck")
+            compacted = compact_library(lib, progress=lambda d, t: report("compact", d, t))
         res = run_fsck(lib, repair=repair, check_hashes=not quick)
+    if compacted is not None:
+        res["compacted"] = compacted
+        res["repaired"].append(
+            f"compacted {compacted['converted']} blobs from before compaction: "
+            f"{compacted['bytes_before'] / 1e6:,.1f} MB -> {compacted['bytes_after'] / 1e6:,.1f} MB")
+        for sk in compacted["skipped"]:
+            res["repaired"].append(f"not compacted: blob {sk['blob'][:16]}...: {sk['skipped']}")
     if as_json:
         emit_json(res)
     else:
@@ -189,6 +205,9 @@ def fsck(repair, quick, as_json) -> None:
             click.echo(f"repaired: {r}")
         click.echo(f"{res['entries']} entries, {res['blobs_on_disk']} blobs: "
                    + ("ok" if res["ok"] else f"{len(res['problems'])} problems"))
+        if res["uncompacted"]:
+            click.echo(f"{res['uncompacted']} blobs from before compaction ("
+                       + ("their model file is not here" if repair else "run kvgraft fsck --repair to compact them") + ")")
     if not res["ok"]:
         sys.exit(EXIT_CHECK_FAILED)
 
@@ -196,21 +215,25 @@ def fsck(repair, quick, as_json) -> None:
 @click.command()
 @click.option("--n-ctx", type=click.IntRange(16), default=8192, show_default=True,
               help="Context size to express the library's size against.")
-@click.option("--json", "as_json", is_flag=True, help="entries, blobs, bytes, tokens, context_multiple as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="entries, blobs, bytes on disk, tokens, bytes per token, context_multiple as JSON.")
 @handle_errors
 def stats(n_ctx, as_json) -> None:
-    """Library size: entries, blobs, bytes, tokens, and tokens as a multiple of the context window."""
+    """Library size: entries, blobs, bytes on disk, bytes per stored token, and tokens as a multiple of the context window."""
     with open_library() as lib:
         res = lib.stats(n_ctx=n_ctx)
     if as_json:
         emit_json(res)
     else:
         bpt = f"{res['bytes_per_token']:,.0f}" if res["bytes_per_token"] else "-"
+        cbpt = f"{res['canonical_bytes_per_token']:,.0f}" if res["canonical_bytes_per_token"] else "-"
         click.echo(
-            f"{res['entries']:,} entries, {res['blobs']:,} blobs, {res['bytes'] / 1e6:,.1f} MB, "
-            f"{res['tokens']:,} tokens stored ({bpt} bytes/token)\n"
+            f"{res['entries']:,} entries, {res['blobs']:,} blobs, {res['bytes'] / 1e6:,.1f} MB on disk, "
+            f"{res['tokens']:,} tokens stored\n"
+            f"bytes per stored token: {bpt} on disk ({cbpt} uncompacted)\n"
             f"usable context: {res['context_multiple']:,.2f} x n_ctx {n_ctx:,}"
             + (f"\n{res['damaged']} damaged entries (run kvgraft fsck)" if res["damaged"] else "")
+            + (f"\n{res['uncompacted_blobs']} blobs from before compaction (run kvgraft fsck --repair to compact them)"
+               if res["uncompacted_blobs"] else "")
         )
 
 

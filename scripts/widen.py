@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""Widen the library: fill it with distinct long documents and measure it as it grows.
+
+Resumable and safe to kill: every document is one transactional deposit, and a rerun continues
+from the documents already stored. Runs in the background across sessions:
+
+    nohup .venv/bin/python scripts/widen.py --home ~/.cache/kvgraft-widen --target-tokens 327680 &
+    .venv/bin/python scripts/widen.py --home ~/.cache/kvgraft-widen --baseline   # 100-entry library
+    .venv/bin/python scripts/widen.py --home ~/.cache/kvgraft-widen --summary    # table + extrapolation
+
+Each measurement (every --measure-every documents, and at the end) records the blob disk used
+(bytes of the files, and blocks allocated), bytes per stored token (on disk and uncompacted), and
+the lookup + graft latency of random entries: look the entry up by its tokens followed by a probe
+(longest stored prefix), read its blob with the integrity check, graft it into a reused context,
+prefill the probe and compare the logits' SHA-256 with the fresh one in the entry's receipt. One
+JSON line per measurement goes to <home>/widen.jsonl.
+
+--baseline builds a library of 100 entries in <home>/small: the first 10 long documents, moved in
+with `kvgraft export`/`import` (format 2 packs, no prefill), and 90 short notes. The same latency
+is measured there, on the long documents, so the comparison holds the blob size fixed and varies
+only the library's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from app.library_service import LibraryService  # noqa: E402
+from app.packs import export_pack, import_pack  # noqa: E402
+from app.problems import DOCUMENT_PROBE  # noqa: E402
+from app.runtime import Settings, open_engine  # noqa: E402
+from app.textgen import synthetic_text  # noqa: E402
+from engine.compare import logits_sha256  # noqa: E402
+from library.index import Library  # noqa: E402
+
+MIN_DOC, MAX_DOC = 6000, 8000
+N_CTX = 8192
+TARGET_100X = 100 * 32768
+
+
+def doc_text(model, i: int) -> str:
+    """Document i: distinct synthetic text of MIN_DOC..MAX_DOC tokens (its length drawn from i)."""
+    want = random.Random(i).randint(MIN_DOC, MAX_DOC)
+    words = int(want / 1.25)
+    while True:
+        text = f"Document {i}.\n" + synthetic_text(words, seed=1_000_000 + i)
+        n = len(model.tokenize(text))
+        if n >= want or n >= MAX_DOC:
+            break
+        words = int(words * want / n) + 8
+    while n > MAX_DOC:  # trim words until it fits the context with room for a question
+        words -= max(1, (n - MAX_DOC) // 2)
+        text = f"Document {i}.\n" + synthetic_text(words, seed=1_000_000 + i)
+        n = len(model.tokenize(text))
+    return text
+
+
+def blob_disk(lib: Library) -> tuple[int, int]:
+    """(bytes of the blob files, bytes of blocks allocated for them)."""
+    size = blocks = 0
+    for sha in lib.blobs.iter_blobs():
+        st = lib.blobs.path(sha).stat()
+        size += st.st_size
+        blocks += st.st_blocks * 512
+    return size, blocks
+
+
+def measure_latency(service: LibraryService, entries, samples: int, seed: int) -> dict:
+    """Lookup + graft latency of `samples` random entries (each checked exact against its receipt)."""
+    engine, lib = service.engine, service.library
+    probe = engine.model.tokenize(DOCUMENT_PROBE, add_bos=False)
+    rng = random.Random(seed)
+    picks = [rng.choice(entries) for _ in range(samples)]
+    rows = []
+    with engine.session() as s:
+        for e in picks:
+            s.reset()
+            t0 = time.perf_counter()
+            hit = lib.longest_prefix(list(e.tokens) + probe, engine.fingerprint)
+            t1 = time.perf_counter()
+            g = service.graft(s, hit)
+            t2 = time.perf_counter()
+            s.prefill(probe)
+            exact = (hit.receipt or {}).get("fresh_logits_sha256") == logits_sha256(s.logits())
+            rows.append({"entry": e.id, "hit": hit.id, "tokens": e.n_tokens, "lookup_ms": (t1 - t0) * 1e3,
+                         "graft_ms": (t2 - t1) * 1e3, "read_validate_ms": g.validate_ms, "restore_ms": g.restore_ms,
+                         "exact": exact and hit.id == e.id})
+
+    def med(key):
+        return statistics.median(r[key] for r in rows)
+
+    return {"samples": len(rows), "lookup_ms": med("lookup_ms"), "graft_ms": med("graft_ms"),
+            "lookup_graft_ms": statistics.median(r["lookup_ms"] + r["graft_ms"] for r in rows),
+            "graft_ms_per_1k_tokens": statistics.median(r["graft_ms"] / r["tokens"] * 1e3 for r in rows),
+            "all_exact": all(r["exact"] for r in rows), "rows": rows}
+
+
+def snapshot_row(lib: Library, service: LibraryService, samples: int, seed: int, docs_only: bool = True,
+                 entry_ids: list[int] | None = None) -> dict:
+    st = lib.stats()
+    size, blocks = blob_disk(lib)
+    docs = [e for e in lib.entries() if (e.title or "").startswith("widen doc") or not docs_only]
+    if entry_ids is not None:
+        docs = [e for e in docs if e.id in set(entry_ids)]
+    lat = measure_latency(service, docs, samples, seed)
+    return {"entries": st["entries"], "blob_tokens": st["blob_tokens"], "blob_bytes": size, "blob_blocks_bytes": blocks,
+            "bytes_per_token": size / st["blob_tokens"], "canonical_bytes_per_token": st["canonical_bytes_per_token"],
+            "latency": lat}
+
+
+def fill(args, service: LibraryService, log) -> None:
+    lib = service.library
+    done = {e.title for e in lib.entries() if (e.title or "").startswith("widen doc")}
+    i = len(done)
+    while True:
+        st = lib.stats()
+        if st["blob_tokens"] >= args.target_tokens:
+            break
+        title = f"widen doc {i:05d}"
+        if title not in done:
+            text = doc_text(service.engine.model, i)
+            res = service.deposit(text, kind="document", title=title)
+            log({"event": "deposit", "doc": i, "tokens": res.entry.n_tokens, "prefill_s": round(res.prefill_s, 2),
+                 "stored_bytes": lib.blobs.size(res.entry.blob_sha256), "canonical_bytes": res.entry.blob_size,
+                 "receipt_equal": (res.entry.receipt or {}).get("equal")})
+            if (i + 1) % args.measure_every == 0:
+                log({"event": "measure", **snapshot_row(lib, service, args.samples, seed=i)})
+        i += 1
+    log({"event": "measure", "final": True, **snapshot_row(lib, service, args.samples, seed=12345)})
+
+
+def baseline(args, service: LibraryService, home: Path, log) -> None:
+    """The 100-entry library: the first 10 long documents (moved by pack) and 90 short notes."""
+    wide = service.library
+    first = sorted((e for e in wide.entries() if (e.title or "").startswith("widen doc")), key=lambda e: e.title)[:10]
+    if len(first) < 10:
+        raise SystemExit("the wide library holds fewer than 10 documents: run the fill first")
+    small_home = home / "small"
+    small = Library(small_home)
+    small_service = LibraryService(service.engine, small)
+    if small.count() < 10:
+        pack = home / "first10.kvpack"
+        export_pack(wide, first, pack)
+        log({"event": "baseline_import", **import_pack(small_service, pack)})
+    n = small.count()
+    for k in range(n - 10, 90):
+        small_service.deposit(f"Note {k}.\n" + synthetic_text(450, seed=2_000_000 + k), kind="document", title=f"note {k:03d}")
+    long_ids = [e.id for e in small.entries() if (e.title or "").startswith("widen doc")]
+    row = snapshot_row(small, small_service, args.samples, seed=777, entry_ids=long_ids)
+    wide_same = snapshot_row(wide, service, args.samples, seed=777, entry_ids=[e.id for e in first])
+    out = {"event": "baseline", "small": row, "wide_same_documents": wide_same}
+    (home / "baseline.json").write_text(json.dumps(out, indent=1))
+    log(out)
+    small.close()
+
+
+def summary(home: Path) -> None:
+    rows = [json.loads(x) for x in (home / "widen.jsonl").read_text().splitlines() if x.strip()]
+    deposits = [r for r in rows if r["event"] == "deposit"]
+    measures = [r for r in rows if r["event"] == "measure"]
+    base = json.loads((home / "baseline.json").read_text()) if (home / "baseline.json").exists() else None
+    print("| entries | tokens | blob disk | bytes/token on disk | uncompacted bytes/token | lookup + graft (median) | graft per 1K tokens | exact |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for m in measures:
+        lat = m["latency"]
+        print(f"| {m['entries']:,} | {m['blob_tokens']:,} | {m['blob_bytes'] / 1e9:.2f} GB | {m['bytes_per_token']:,.0f} | "
+              f"{m['canonical_bytes_per_token']:,.0f} | {lat['lookup_graft_ms']:.1f} ms | {lat['graft_ms_per_1k_tokens']:.2f} ms | "
+              f"{'yes' if lat['all_exact'] else 'NO'} |")
+    if base:
+        s, w = base["small"], base["wide_same_documents"]
+        print(f"\n100-entry library (10 of the same long documents + 90 short notes): lookup + graft "
+              f"{s['latency']['lookup_graft_ms']:.1f} ms median, graft {s['latency']['graft_ms_per_1k_tokens']:.2f} ms per 1K tokens; "
+              f"the same 10 documents in the wide library: {w['latency']['lookup_graft_ms']:.1f} ms "
+              f"({w['latency']['lookup_graft_ms'] / s['latency']['lookup_graft_ms']:.2f}x).")
+        if measures:
+            last = measures[-1]["latency"]
+            print(f"Random documents of the wide library: {last['lookup_graft_ms']:.1f} ms, "
+                  f"{last['graft_ms_per_1k_tokens'] / s['latency']['graft_ms_per_1k_tokens']:.2f}x the small library's per 1K tokens.")
+    if deposits and measures:
+        m = measures[-1]
+        tok = sum(d["tokens"] for d in deposits)
+        pre = sum(d["prefill_s"] for d in deposits)
+        print(f"\nMeasured: {len(deposits)} documents deposited in this log, {tok:,} tokens, prefill {pre / 60:.1f} min "
+              f"({pre / tok * 1e3:.2f} ms/token).")
+        print(f"EXTRAPOLATED (not measured) to 100 x 32,768 = {TARGET_100X:,} tokens from the measured per-token costs: "
+              f"blob disk {m['bytes_per_token'] * TARGET_100X / 1e9:.1f} GB compacted vs "
+              f"{m['canonical_bytes_per_token'] * TARGET_100X / 1e9:.1f} GB uncompacted; "
+              f"prefill {pre / tok * TARGET_100X / 3600:.1f} h on this machine.")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--home", type=Path, default=Path.home() / ".cache" / "kvgraft-widen")
+    ap.add_argument("--target-tokens", type=int, default=10 * 32768)
+    ap.add_argument("--measure-every", type=int, default=10, help="documents between measurements")
+    ap.add_argument("--samples", type=int, default=20, help="random grafts per measurement")
+    ap.add_argument("--baseline", action="store_true", help="build and measure the 100-entry library")
+    ap.add_argument("--summary", action="store_true", help="print the table and the extrapolation")
+    args = ap.parse_args()
+    home = args.home.expanduser()
+    if args.summary:
+        summary(home)
+        return
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["KVGRAFT_HOME"] = str(home / "wide")  # packs' trust store etc. live in the wide library
+    logf = open(home / "widen.jsonl", "a")
+
+    def log(obj: dict) -> None:
+        obj = {"at": time.strftime("%Y-%m-%dT%H:%M:%S"), **obj}
+        logf.write(json.dumps(obj) + "\n")
+        logf.flush()
+        brief = {k: v for k, v in obj.items() if k not in ("latency", "small", "wide_same_documents")}
+        print(json.dumps(brief), flush=True)
+
+    engine = open_engine(Settings(n_ctx=N_CTX))
+    lib = Library(home / "wide")
+    service = LibraryService(engine, lib)
+    try:
+        if args.baseline:
+            baseline(args, service, home, log)
+        else:
+            fill(args, service, log)
+    finally:
+        lib.close()
+        engine.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,328 @@
+"""Exact state compaction: canonical snapshots, the compact blob container, migration, packs.
+
+The exactness claims use the real model: a blob written to disk as a compact container, read back
+(zero-filled into a reused buffer holding garbage) and grafted gives logits SHA-256-equal to a
+fresh prefill, with flash attention off (transposed V: dead cells are strided runs) and on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from app.compaction import compact_library
+from app.library_service import LibraryService, open_library
+from app.textgen import prefix_tokens
+from app.verify import compare_receipts, library_items, run_verify
+from engine.compaction import WindowSpec, canonicalize, dead_cells, dead_ranges, is_canonical
+from engine.compare import logits_sha256
+from engine.state import parse_state
+from library import container
+from library.blobstore import CHUNK, BlobStore, chunk_digests
+from library.errors import BlobCorrupt, LibraryError
+from library.maintenance import fsck
+
+PROBE = " Question: which word came up most often above? Answer:"
+
+
+# -- pure: the byte ranges of dead cells, on synthetic states of a known layout ----------------
+def synthetic_state(n: int, caches: list[tuple[int, bool]], k_row: int = 8, v_el: int = 2, v_embd: int = 4,
+                    arch: bytes = b"toy") -> tuple[bytes, list]:
+    """A whole-state in llama.cpp's layout with every K/V byte set to 1 + (cell % 250), and the
+    list of (offset, cell) for each K/V byte, so a test can say which cell each byte belongs to."""
+    out = bytearray(struct.pack("<I", len(arch)) + arch)
+    owner = []
+    for n_layer, v_trans in caches:
+        out += struct.pack("<II", 1, n)
+        for i in range(n):
+            out += struct.pack("<iIi", i, 1, 0)
+        out += struct.pack("<II", int(v_trans), n_layer)
+        for _ in range(n_layer):
+            out += struct.pack("<iQ", 1, k_row)
+            for cell in range(n):
+                owner.append((len(out), k_row, cell))
+                out += bytes([1 + cell % 250]) * k_row
+        for _ in range(n_layer):
+            if v_trans:
+                out += struct.pack("<iII", 1, v_el, v_embd)
+                for _row in range(v_embd):
+                    for cell in range(n):
+                        owner.append((len(out), v_el, cell))
+                        out += bytes([1 + cell % 250]) * v_el
+            else:
+                out += struct.pack("<iQ", 1, v_el * v_embd)
+                for cell in range(n):
+                    owner.append((len(out), v_el * v_embd, cell))
+                    out += bytes([1 + cell % 250]) * (v_el * v_embd)
+    return bytes(out), owner
+
+
+@pytest.mark.parametrize("v_trans", [False, True], ids=["v-rows", "v-transposed"])
+@pytest.mark.parametrize("n", [1, 5, 6, 7, 20])
+def test_exactly_the_dead_window_cells_are_zeroed(n, v_trans):
+    n_swa = 6
+    data, owner = synthetic_state(n, [(2, v_trans), (3, v_trans)])
+    parsed = parse_state(data)
+    spec = WindowSpec.for_model(n_swa, "toy", len(parsed.layout.caches))
+    assert spec == WindowSpec(6, (1,))
+    buf = bytearray(data)
+    canonicalize(buf, parsed, spec)
+    d = dead_cells(n, n_swa)
+    assert d == max(0, n - 6)
+    swa_start = owner[len(owner) * 2 // 5][0]  # caches hold 2 and 3 layers: the SWA cache's bytes start 2/5 in
+    for off, size, cell in owner:
+        dead = off >= swa_start and cell <= n - 1 - n_swa  # n_swa or more behind the last position
+        assert buf[off : off + size] == (bytes(size) if dead else data[off : off + size]), (off, cell)
+    # nothing outside K/V changed, and canonicalization is idempotent
+    again = bytearray(buf)
+    canonicalize(again, parse_state(again), spec)
+    assert again == buf and is_canonical(buf, parsed, spec)
+    assert is_canonical(data, parsed, spec) == (d == 0)
+
+
+def test_a_model_without_sliding_window_is_untouched():
+    data, _ = synthetic_state(40, [(4, True)])
+    parsed = parse_state(data)
+    for spec in (WindowSpec.for_model(0, "toy", 1), WindowSpec.for_model(8, "toy", 1),
+                 WindowSpec.for_model(8, "llama4", 2), WindowSpec.for_model(0, "gemma3", 2)):
+        assert not spec.active
+        buf = bytearray(data)
+        assert len(canonicalize(buf, parsed, spec)) == 0 and buf == data
+
+
+# -- the container --------------------------------------------------------------------------------
+def _zeroed(size: int, ranges, seed: int = 0) -> bytearray:
+    rng = np.random.default_rng(seed)
+    buf = bytearray(rng.integers(1, 256, size, dtype=np.uint8).tobytes())
+    for off, n in ranges:
+        buf[off : off + n] = bytes(n)
+    return buf
+
+
+def test_container_round_trip_across_chunk_boundaries(tmp_path):
+    size = 3 * CHUNK + 23456
+    ranges = [(0, 100), (CHUNK - 50, 100), (CHUNK + 7, CHUNK), (3 * CHUNK, 1), (size - 10, 10)]
+    ranges += [(3 * CHUNK + 1000 + 64 * k, 32) for k in range(200)]  # many small strided runs
+    data = _zeroed(size, ranges)
+    store = BlobStore(tmp_path / "blobs")
+    stored = store.put(data, elide=ranges)
+    assert stored.sha256 == hashlib.sha256(data).hexdigest() and stored.size == size
+    on_disk = store.path(stored.sha256).stat().st_size
+    assert on_disk == stored.stored_size < size - CHUNK
+    assert stored.chunks == chunk_digests(store.path(stored.sha256).read_bytes())
+    garbage = bytearray(os.urandom(size + 999))  # a reused graft buffer holding another blob's bytes
+    view = store.read_chunked(stored.sha256, size, stored.chunks, into=garbage)
+    assert bytes(view) == bytes(data)
+    assert bytes(store.read_verified(stored.sha256, size)) == bytes(data)
+    assert store.verify(stored.sha256) is None
+    again = store.put(data, elide=ranges)  # the same bytes: not written again
+    assert not again.written and again.chunks == stored.chunks
+
+
+def test_container_refuses_eliding_bytes_that_are_not_zero(tmp_path):
+    store = BlobStore(tmp_path / "blobs")
+    data = _zeroed(4096, [(100, 50)])
+    with pytest.raises(LibraryError, match="declared zero"):
+        store.put(data, elide=[(90, 60)])
+    assert list(store.iter_blobs()) == [] and list(store.iter_temp()) == []
+
+
+@pytest.mark.parametrize("where", ["header", "table", "live", "truncate"])
+def test_damaged_container_is_caught_by_both_read_paths(tmp_path, where):
+    ranges = [(1000, 5000), (CHUNK + 10, 20000)]
+    data = _zeroed(CHUNK + 50000, ranges)
+    store = BlobStore(tmp_path / "blobs")
+    stored = store.put(data, elide=ranges)
+    path = store.path(stored.sha256)
+    raw = bytearray(path.read_bytes())
+    if where == "header":
+        raw[8] ^= 1  # canonical size
+    elif where == "table":
+        raw[container.HEAD_SIZE + 16] ^= 4  # second range's offset
+    elif where == "live":
+        raw[len(raw) // 2] ^= 0x80
+    else:
+        raw = raw[:-1]
+    path.write_bytes(raw)
+    with pytest.raises(BlobCorrupt):
+        store.read_chunked(stored.sha256, stored.size, stored.chunks, into=bytearray(stored.size))
+    with pytest.raises(BlobCorrupt):
+        store.read_verified(stored.sha256, stored.size)
+    assert store.verify(stored.sha256) is not None
+
+
+# -- the real model: compacted grafts are exact ----------------------------------------------------
+@pytest.fixture
+def service(engine):
+    lib = open_library()
+    yield LibraryService(engine, lib)
+    lib.close()
+
+
+def _fresh_logits_sha(engine, tokens, probe) -> str:
+    with engine.session() as s:
+        s.prefill(tokens)
+        s.prefill(probe)
+        return logits_sha256(s.logits())
+
+
+def check_compacted_graft(eng, n: int) -> None:
+    """Snapshot an n-token prefix, store it compact, read it back over garbage, graft: exact."""
+    tokens = prefix_tokens(eng.model, n, seed=n)
+    probe = eng.model.tokenize(PROBE, add_bos=False)
+    with eng.session() as s:
+        s.prefill(tokens)
+        snap = s.snapshot()
+        s.prefill(probe)
+        want = logits_sha256(s.logits())
+    with open_library() as lib:
+        service = LibraryService(eng, lib)
+        e, _ = lib.add_entry(kind="document", text=f"prefix {n}", tokens=tokens, blob=snap.data, blob_sha256=snap.sha256,
+                             fingerprint=eng.fingerprint, elided=snap.elided)
+        parsed = parse_state(snap.data)
+        d = dead_cells(n, eng.window.n_swa)
+        assert d == n - 512 > 0
+        ranges = dead_ranges(parsed, eng.window)
+        assert int(ranges[:, 1].sum()) == d * parsed.layout.caches[1].bytes_per_cell()
+        assert lib.blobs.size(e.blob_sha256) == container.make(e.blob_size, ranges).stored_size
+        service._graft_buf = bytearray(os.urandom(e.blob_size + 4096))  # garbage where the zeros go
+        with eng.session() as g:
+            service.graft(g, e)
+            g.prefill(probe)
+            assert logits_sha256(g.logits()) == want
+    with eng.session() as fresh:  # replay: a fresh prefill canonicalizes to the stored address
+        fresh.prefill(tokens)
+        assert fresh.snapshot().sha256 == e.blob_sha256
+        assert fresh.snapshot(canonical=False).sha256 != e.blob_sha256
+
+
+@pytest.mark.parametrize("flash_attn", [False, True], ids=["fa-off", "fa-on"])
+@pytest.mark.parametrize("n", [513, 1000, 2048])
+def test_compacted_graft_from_disk_is_exact(engine, engine_fa, n, flash_attn):
+    check_compacted_graft(engine_fa if flash_attn else engine, n)
+
+
+def test_grafted_context_snapshots_canonical_again(engine):
+    toks = prefix_tokens(engine.model, 1200, seed=3)
+    with engine.session() as s:
+        s.prefill(toks)
+        snap = s.snapshot()
+    assert len(snap.elided) == 15 + 15 * 256  # K runs + one run per transposed V row, 15 window layers
+    with engine.session() as g:
+        g.graft(snap)
+        raw = g.snapshot(canonical=False)
+        again = g.snapshot()
+    assert again.sha256 == snap.sha256
+    assert raw.sha256 == snap.sha256  # the grafted context holds the canonical bytes themselves
+
+
+# -- migration of blobs stored before compaction ----------------------------------------------------
+def _make_legacy(service, engine, text):
+    """A library entry exactly as kvgraft stored it before compaction: a plain file named by the
+    SHA-256 of llama.cpp's bytes, a blob row without stored_size/canonical."""
+    lib = service.library
+    tokens = engine.model.tokenize(text)
+    with engine.session() as s:
+        s.prefill(tokens)
+        raw = s.snapshot(canonical=False)
+    entry, _ = lib.add_entry(kind="document", text=text, tokens=tokens, blob=raw.data, fingerprint=engine.fingerprint,
+                             model=None, receipt=None)
+    lib.db.execute("UPDATE entries SET model_sha256 = ? WHERE id = ?", [engine.model.info.sha256, entry.id])
+    lib.blobs.path(raw.sha256).write_bytes(raw.data)
+    with lib.write():
+        lib.db.execute("UPDATE blobs SET stored_size = NULL, canonical = NULL, chunks = ? WHERE sha256 = ?",
+                       [chunk_digests(raw.data), raw.sha256])
+    return lib.get(entry.id), raw
+
+
+def test_fsck_repair_compacts_old_blobs_and_keeps_receipts_true(service, engine, probe):
+    text = engine.model.detokenize(prefix_tokens(engine.model, 1500, seed=15)[1:])
+    entry, raw = _make_legacy(service, engine, text)
+    lib = service.library
+    assert lib.blobs.size(entry.blob_sha256) == entry.blob_size  # plain file
+    report = fsck(lib)
+    assert report["ok"] and report["uncompacted"] == 1
+    with engine.session() as g:  # an old blob still grafts exactly
+        service.graft(g, entry)
+        g.prefill(probe)
+        old_graft = logits_sha256(g.logits())
+    assert old_graft == _fresh_logits_sha(engine, entry.tokens, probe)
+    old_receipts = run_verify(service, library_items(service, [entry]), [], replay=True, samples=2)
+    assert old_receipts["ok"], old_receipts["failures"]
+    old_receipts["receipts_version"] = 1  # what kvgraft wrote before compaction (same hashes)
+
+    res = compact_library(lib, window=lambda sha: (engine.model.info.n_swa, engine.model.info.architecture))
+    assert res["converted"] == 1 and not res["skipped"]
+    assert res["bytes_after"] < 0.6 * res["bytes_before"]
+    moved = lib.get(entry.id)
+    with engine.session() as s:
+        s.prefill(entry.tokens)
+        assert s.snapshot().sha256 == moved.blob_sha256 != raw.sha256
+    assert not lib.blobs.exists(raw.sha256)
+    assert lib.db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[0] == moved.blob_sha256
+    report = fsck(lib)
+    assert report["ok"] and report["uncompacted"] == 0, report["problems"]
+    with engine.session() as g:
+        service.graft(g, moved)
+        g.prefill(probe)
+        assert logits_sha256(g.logits()) == old_graft
+    new_receipts = run_verify(service, library_items(service, [moved]), [], replay=True, samples=2)
+    assert new_receipts["ok"], new_receipts["failures"]
+    assert compare_receipts(old_receipts, new_receipts) == []
+    # a receipt that claimed another hash is still caught
+    bad = json.loads(json.dumps(old_receipts))
+    bad["results"][0]["checks"]["replay_blob_sha256"] = "0" * 64
+    assert [d["check"] for d in compare_receipts(bad, new_receipts)] == ["replay_blob_sha256"]
+
+
+def test_compaction_skips_blobs_whose_model_is_not_here(service, engine):
+    entry, raw = _make_legacy(service, engine, "A short note about eleven green doors, " * 30)
+    res = compact_library(service.library, window=lambda sha: None)
+    assert res["converted"] == 0 and "not available" in res["skipped"][0]["skipped"]
+    assert service.library.get(entry.id).blob_sha256 == raw.sha256 and service.library.blobs.exists(raw.sha256)
+
+
+def test_format_1_pack_imports_compacted(service, engine, probe, tmp_path):
+    """A pack written before compaction (format 1: llama.cpp's bytes, named by their SHA-256)."""
+    from app.packs import export_pack, import_pack
+    from library.pack import PackReader, write_pack
+
+    text = engine.model.detokenize(prefix_tokens(engine.model, 1100, seed=11)[1:])
+    tokens = engine.model.tokenize(text)
+    with engine.session() as s:
+        s.prefill(tokens)
+        raw = s.snapshot(canonical=False)
+        s.prefill(probe)
+        fresh = logits_sha256(s.logits())
+    manifest = {"format_version": 1, "kvgraft_version": "0.1.0",
+                "model": {"sha256": engine.model.info.sha256, "name": "m", "architecture": "gemma3"},
+                "fingerprint": engine.fingerprint,
+                "entries": [{"blob_sha256": raw.sha256, "blob_size": len(raw.data), "kind": "document", "text": text,
+                             "n_tokens": len(tokens), "tokens_sha256": tokens_sha(tokens)}]}
+    old = tmp_path / "old.kvpack"
+    write_pack(old, manifest, [(raw.sha256, lambda: bytes(raw.data))])
+    res = import_pack(service, old)
+    assert res["imported"] == 1
+    [e] = service.library.entries()
+    assert e.blob_sha256 != raw.sha256 and service.library.blobs.size(e.blob_sha256) < 0.7 * len(raw.data)
+    assert service.library.db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[0] == e.blob_sha256
+    with engine.session() as g:
+        service.graft(g, e)
+        g.prefill(probe)
+        assert logits_sha256(g.logits()) == fresh
+    # and out again as format 2: the member is the stored container, named by the canonical bytes
+    new = tmp_path / "new.kvpack"
+    export_pack(service.library, [e], new)
+    with PackReader(new) as reader:
+        assert reader.manifest.format_version == 2 and reader.blob_shas() == [e.blob_sha256]
+        assert reader.manifest.entries[0].blob_stored_size == service.library.blobs.size(e.blob_sha256)
+        assert hashlib.sha256(reader.read_blob(e.blob_sha256)).hexdigest() == e.blob_sha256
+
+
+def tokens_sha(tokens) -> str:
+    return hashlib.sha256(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()
