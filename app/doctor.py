@@ -47,6 +47,7 @@ def doctor_report(engine: Engine) -> dict:
             "type_v": cfg.type_v, "swa_full": cfg.swa_full,
         },
         "kv_bytes_per_token": engine.layout.bytes_per_token(),
+        "compaction": engine.window.as_dict() | {"active": engine.window.active},
         "data_dir": str(data_dir()),
         "model_dir": str(model_dir()),
         "fingerprint": engine.fingerprint,

@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
-from engine.compaction import canonicalize
+from engine.compaction import canonicalize, is_canonical
 from engine.state import parse_state
 from library import container
 from library.errors import StorageFull
@@ -85,24 +85,34 @@ def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: 
         ],
     }
     by_sha = {e.blob_sha256: e for e in entries}
-    size = write_pack(path, manifest, ((sha, lambda e=e: _stored_checked(lib, e)) for sha, e in by_sha.items()),
+    declared = {item["blob_sha256"]: item["blob_stored_size"] for item in manifest["entries"]}
+    size = write_pack(path, manifest, ((sha, lambda e=e: _stored_checked(lib, e, declared[e.blob_sha256])) for sha, e in by_sha.items()),
                       sign_key=sign_key)
     return {"file": str(path), "entries": len(entries), "blobs": len(by_sha), "bytes": size, "sha256": pack_sha256(path),
             "signed_by": public_identity(sign_key).key_id if sign_key else None}
 
 
-def _stored_checked(lib, e: Entry) -> bytes:
+def state_size_limit(engine) -> int:
+    """The largest whole-state snapshot the engine's context can produce (a bound for hostile sizes)."""
+    return (engine.layout.bytes_per_token() + 64) * engine.config.n_ctx + (1 << 20)
+
+
+def _stored_checked(lib, e: Entry, declared: int) -> bytes:
     """The entry's compact blob exactly as stored, after checking it decodes to its address."""
     try:
         data = lib.blobs.stored_bytes(e.blob_sha256)
         c = container.parse_header(data, stored_size=len(data))
     except FileNotFoundError as exc:
         raise PackError(f"entry #{e.id}: its blob is missing; run kvgraft fsck") from exc
+    except OSError as exc:
+        raise PackError(f"entry #{e.id}: its blob cannot be read: {exc.strerror or exc}") from exc
     except container.ContainerError as exc:
         raise PackError(f"entry #{e.id}: its blob is damaged ({exc}); run kvgraft fsck") from exc
     if c.size != e.blob_size or hashlib.sha256(container.decode(data, c)).hexdigest() != e.blob_sha256:
         lib.mark_damaged(e.blob_sha256, "blob hash mismatch")
         raise PackError(f"entry #{e.id}: its blob does not match its SHA-256 (damaged); run kvgraft fsck")
+    if len(data) != declared:
+        raise PackError(f"entry #{e.id}: its blob changed while it was being exported; export again")
     return data
 
 
@@ -132,6 +142,10 @@ def validate_pack(service: LibraryService, reader: PackReader, progress: Progres
     for i, (e, t) in enumerate(zip(m.entries, tokens)):
         if tokens_sha256(t) != e.tokens_sha256:
             raise PackError(f"entry {i}: its text does not give the token SHA-256 the pack declares")
+    limit = reader.max_blob_size = state_size_limit(engine)
+    for i, e in enumerate(m.entries):
+        if e.blob_size > limit:
+            raise PackError(f"entry {i} declares a {e.blob_size:,}-byte blob; a state of this context is at most {limit:,}")
     n_by_blob = {}
     for e in m.entries:
         n_by_blob.setdefault(e.blob_sha256, set()).add(e.n_tokens)
@@ -144,6 +158,8 @@ def validate_pack(service: LibraryService, reader: PackReader, progress: Progres
             raise PackError(f"blob {sha[:16]}... is not a valid state for this model: {exc}") from exc
         if n_by_blob[sha] != {parsed.n_tokens}:
             raise PackError(f"blob {sha[:16]}... holds {parsed.n_tokens} tokens, its entries declare {sorted(n_by_blob[sha])}")
+        if reader.compact and not is_canonical(data, parsed, engine.window):
+            raise PackError(f"blob {sha[:16]}... is not in canonical form for this model (its dead window cells are not zero)")
         progress("blobs", k + 1, len(shas))
     return tokens
 

@@ -11,7 +11,8 @@ Per entry (from packs or the library):
 The receipts file records every input and output hash and the engine fingerprint;
 `verify_receipts` re-runs the same checks and compares hash by hash. A receipt made before
 compaction (receipts version 1) names blobs by the SHA-256 of their uncompacted bytes: the
-re-check accepts the blob's recorded old address (`blob_aliases`) and the raw replay for those.
+re-check accepts the blob's recorded old address (`blob_aliases`) and the raw replay for those (as
+for any result whose blob was not canonical when the receipt was made).
 """
 
 from __future__ import annotations
@@ -202,14 +203,13 @@ def compare_receipts(old: dict, new: dict) -> list[dict]:
         diffs.append({"entry": None, "check": "fingerprint",
                       "detail": "the receipts were made under another engine fingerprint: its hashes are not expected to match here"})
     new_by_ref = {r["ref"]: r for r in new["results"]}
-    before_compaction = old.get("receipts_version", 1) < 2
     for r in old.get("results", []):
         other = new_by_ref.get(r["ref"])
         if other is None:
             diffs.append({"entry": r["ref"], "check": "missing", "detail": "not found in the re-run"})
             continue
         a, b = _hashes(r), _hashes(other)
-        if before_compaction:  # the old receipt named blobs by their uncompacted bytes
+        if r.get("blob_canonical") is not True:  # the receipt named this blob by its uncompacted bytes
             c = other["checks"]
             if a["blob_sha256"] in other.get("blob_aliases", []):
                 b["blob_sha256"] = a["blob_sha256"]

@@ -27,7 +27,7 @@ from .state import ParsedState
 
 # Architectures whose window is not llama.cpp's standard causal one (chunked or symmetric): a cell
 # far behind may still be seen, so they are never compacted.
-NON_STANDARD_WINDOWS = frozenset({"llama4", "gemma-embedding"})
+NON_STANDARD_WINDOWS = frozenset({"llama4", "gemma-embedding", "modern-bert"})
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,9 @@ _HEAD = struct.Struct("<4sHHQQ")
 HEAD_SIZE = _HEAD.size  # 24
 MAX_RANGES = 1 << 22
 MAX_SIZE = 1 << 40
+# A KV snapshot shrinks at most to the share of its layers without a window (Gemma 3: 1/6). A header
+# that claims far more than that is refused before anything that size is allocated.
+MAX_EXPANSION = 64
 
 
 class ContainerError(BlobCorrupt):
@@ -101,14 +104,35 @@ class Container:
         return canon, length, stored
 
 
+def _check_ranges(ranges: np.ndarray, size: int) -> None:
+    """Sorted, non-empty, separate ranges inside `size`. Every value is bounded by `size` (<= 2**40)
+    before any two are added, so no sum can wrap."""
+    if not len(ranges):
+        return
+    offs, lens = ranges[:, 0], ranges[:, 1]
+    if (lens == 0).any() or (offs > np.uint64(size)).any() or (lens > np.uint64(size)).any():
+        raise ContainerError("compact blob range table has an empty range or one past the end")
+    ends = offs + lens
+    if (ends > np.uint64(size)).any():
+        raise ContainerError("compact blob range table has a range past the end")
+    if (offs[1:] <= ends[:-1]).any():
+        raise ContainerError("compact blob ranges are not sorted, separate and non-touching")
+
+
 def encode_header(size: int, ranges: np.ndarray) -> bytes:
     return _HEAD.pack(MAGIC, VERSION, 0, size, len(ranges)) + np.ascontiguousarray(ranges, dtype="<u8").tobytes()
 
 
 def make(size: int, ranges) -> Container:
-    """The container for `size` canonical bytes with `ranges` elided (normalized)."""
+    """The container for `size` canonical bytes with `ranges` elided (normalized). ValueError when
+    it would break a limit a reader enforces (too many ranges, implausible expansion)."""
     arr = normalize_ranges(ranges, size)
-    return Container(size, arr, encode_header(size, arr))
+    if len(arr) > MAX_RANGES:
+        raise ValueError(f"{len(arr):,} elided ranges, more than {MAX_RANGES:,}")
+    c = Container(size, arr, encode_header(size, arr))
+    if size > MAX_EXPANSION * c.stored_size + (1 << 20):
+        raise ValueError(f"eliding {c.elided_bytes:,} of {size:,} bytes is more than a reader accepts")
+    return c
 
 
 def is_container(prefix: bytes) -> bool:
@@ -140,15 +164,12 @@ def parse_header(head: bytes, read_more=None, stored_size: int | None = None) ->
         if len(table) != 16 * n:
             raise ContainerError("compact blob truncated inside its range table")
     ranges = np.frombuffer(table, dtype="<u8").astype(np.uint64).reshape(-1, 2)
-    if len(ranges):
-        offs, lens = ranges[:, 0].astype(np.int64), ranges[:, 1].astype(np.int64)
-        if (lens <= 0).any() or (offs < 0).any() or int(offs[-1] + lens[-1]) > size:
-            raise ContainerError("compact blob range table has an empty range or one past the end")
-        if (offs[1:] <= offs[:-1] + lens[:-1]).any():
-            raise ContainerError("compact blob ranges are not sorted, separate and non-touching")
+    _check_ranges(ranges, size)
     c = Container(int(size), ranges, bytes(head[:HEAD_SIZE]) + table)
     if stored_size is not None and stored_size != c.stored_size:
         raise ContainerError(f"compact blob is {stored_size:,} bytes, its header implies {c.stored_size:,}")
+    if c.size > MAX_EXPANSION * c.stored_size + (1 << 20):
+        raise ContainerError(f"compact blob claims {c.size:,} bytes from {c.stored_size:,} stored: implausible, refused")
     return c
 
 

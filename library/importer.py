@@ -10,7 +10,8 @@ Blobs are stored compact and addressed by their canonical bytes. A format 2 pack
 that way; a format 1 pack carries the bytes as llama.cpp wrote them, and the caller's
 `canonicalize(buffer) -> elided ranges` (engine/compaction.py with the model's window) turns
 each into its canonical form first: its entries get the new address, the old one is kept in
-`blob_aliases`.
+`blob_aliases`. A format 2 blob goes through the same function, which must leave it unchanged;
+the ranges stored are always the model's dead cells, never ranges a pack declares.
 """
 
 from __future__ import annotations
@@ -53,10 +54,12 @@ def commit_pack(
         for k, sha in enumerate(shas):
             data, ranges = reader.read_blob_ranges(sha)  # checked against its SHA-256 again as it is read
             new = sha
-            if ranges is None:
-                data = bytearray(data)
+            if canonicalize is not None:  # the ranges stored are the model's dead cells, never the pack's own
+                data = data if isinstance(data, bytearray) else bytearray(data)
                 ranges = canonicalize(data)
                 new = hashlib.sha256(data).hexdigest()
+                if reader.compact and new != sha:
+                    raise LibraryError(f"blob {sha[:16]}... is not in canonical form (its dead window cells are not zero)")
             pending += lib.mark_pending([new])
             stored[new] = lib.blobs.put(data, new, trusted=True, elide=ranges)  # an intact copy is not written again
             address[sha] = new

@@ -147,8 +147,9 @@ def parse_manifest(raw: dict) -> Manifest:
 class PackReader:
     """An opened, structurally validated pack. Use as a context manager."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, max_blob_size: int | None = None) -> None:
         self.path = Path(path)
+        self.max_blob_size = max_blob_size  # canonical bytes a blob may decode to (the app sets it from the engine)
         try:
             st = os.stat(self.path)
         except OSError as exc:
@@ -168,6 +169,7 @@ class PackReader:
             self.members = self._check_members()
             self.manifest = parse_manifest(self._read_manifest())
             self._check_blobs_match_manifest()
+            self._sizes = {e.blob_sha256: e.blob_size for e in self.manifest.entries}
             self.signer, self.signature_error = self._check_signature()
         except BaseException:
             self.zip.close()
@@ -234,12 +236,14 @@ class PackReader:
             raise _fail(f"manifest.json is not valid JSON: {type(exc).__name__}: {str(exc)[:200]}") from exc
 
     def _check_blobs_match_manifest(self) -> None:
-        named = {}
+        named, canonical = {}, {}
         for i, e in enumerate(self.manifest.entries):
             prev = named.get(e.blob_sha256)
             if prev is not None and prev != e.blob_stored_size:
                 raise _fail(f"manifest: entry {i} gives blob {e.blob_sha256[:16]}... a size that another entry contradicts")
             named[e.blob_sha256] = e.blob_stored_size
+            if canonical.setdefault(e.blob_sha256, e.blob_size) != e.blob_size:
+                raise _fail(f"manifest: entry {i} gives blob {e.blob_sha256[:16]}... a size that another entry contradicts")
             if self.manifest.format_version < 2 and e.blob_size != e.blob_stored_size:
                 raise _fail(f"manifest: entry {i} gives blob {e.blob_sha256[:16]}... two sizes in a format 1 pack")
         present = {m.group(1): info for name, info in self.members.items() if (m := _BLOB_MEMBER.match(name))}
@@ -296,9 +300,10 @@ class PackReader:
                 c = container.parse_header(data, stored_size=len(data))
             except container.ContainerError as exc:
                 raise _fail(f"blob {sha256[:16]}... is not a valid compact blob: {exc}") from exc
-            sizes = {e.blob_size for e in self.manifest.entries if e.blob_sha256 == sha256}
-            if sizes != {c.size}:
-                raise _fail(f"blob {sha256[:16]}... holds {c.size:,} bytes, the manifest says {sorted(sizes)}")
+            if self._sizes.get(sha256) != c.size:
+                raise _fail(f"blob {sha256[:16]}... holds {c.size:,} bytes, the manifest says {self._sizes.get(sha256)}")
+            if self.max_blob_size is not None and c.size > self.max_blob_size:
+                raise _fail(f"blob {sha256[:16]}... decodes to {c.size:,} bytes, more than a state of this context ({self.max_blob_size:,})")
             data, ranges = container.decode(data, c), c.ranges
         if hashlib.sha256(data).hexdigest() != sha256:
             raise _fail(f"blob {sha256[:16]}... does not match its SHA-256 (damaged or tampered)")

@@ -122,6 +122,11 @@ def test_container_round_trip_across_chunk_boundaries(tmp_path):
     assert store.verify(stored.sha256) is None
     again = store.put(data, elide=ranges)  # the same bytes: not written again
     assert not again.written and again.chunks == stored.chunks
+    # one chunk holding the header and many small runs (the scratch-and-scatter read path)
+    small_ranges = [(100 + 300 * k, 200) for k in range(150)] + [(50000, 7), (50020, 7), (60000, 1)]
+    small = _zeroed(70000, small_ranges, seed=1)
+    s2 = store.put(small, elide=small_ranges)
+    assert bytes(store.read_chunked(s2.sha256, len(small), s2.chunks, into=bytearray(os.urandom(80000)))) == bytes(small)
 
 
 def test_container_refuses_eliding_bytes_that_are_not_zero(tmp_path):
@@ -130,6 +135,54 @@ def test_container_refuses_eliding_bytes_that_are_not_zero(tmp_path):
     with pytest.raises(LibraryError, match="declared zero"):
         store.put(data, elide=[(90, 60)])
     assert list(store.iter_blobs()) == [] and list(store.iter_temp()) == []
+
+
+def test_hostile_container_headers_are_refused_before_allocating():
+    huge = container.encode_header(1 << 39, np.array([[0, (1 << 39) - 10]], dtype=np.uint64)) + b"x" * 10
+    with pytest.raises(container.ContainerError, match="implausible"):
+        container.parse_header(huge, stored_size=len(huge))
+    long_table = struct.pack("<4sHHQQ", b"KVGC", 1, 0, 100, 1 << 22) + bytes(32)
+    with pytest.raises(container.ContainerError, match="truncated"):
+        container.parse_header(long_table, stored_size=len(long_table))
+    overlapping = container.encode_header(100, np.array([[10, 20], [20, 5]], dtype=np.uint64)) + bytes(75)
+    with pytest.raises(container.ContainerError, match="sorted"):
+        container.parse_header(overlapping, stored_size=len(overlapping))
+    with pytest.raises(container.ContainerError, match="bad magic"):
+        container.parse_header(b"GGUF" + bytes(40))
+    # sums that would wrap around 2**64 (a range of length 2**63 - 1) are caught before any addition
+    wrap = container.encode_header(100, np.array([[1, (1 << 63) - 1]], dtype=np.uint64)) + bytes(100)
+    with pytest.raises(container.ContainerError, match="past the end"):
+        container.parse_header(wrap)
+
+
+def test_tampered_range_table_cannot_steer_the_zero_fill(tmp_path):
+    """Even a header that parses cannot place zeros before its chunk digest has been checked."""
+    ranges = [(1000, 5000)]
+    data = _zeroed(CHUNK + 50000, ranges)
+    store = BlobStore(tmp_path / "blobs")
+    stored = store.put(data, elide=ranges)
+    path = store.path(stored.sha256)
+    raw = bytearray(path.read_bytes())
+    raw[container.HEAD_SIZE : container.HEAD_SIZE + 16] = np.array([[500, 5000]], dtype="<u8").tobytes()  # same size, moved
+    path.write_bytes(raw)
+    buf = bytearray(b"\xff" * stored.size)
+    with pytest.raises(BlobCorrupt):
+        store.read_chunked(stored.sha256, stored.size, stored.chunks, into=buf)
+    assert buf[500:1000] == b"\xff" * 500  # no zero was written from the unchecked table
+
+
+def test_an_intact_file_in_another_form_is_kept(tmp_path):
+    """Storing bytes whose address already holds a plain (pre-compaction) file keeps that file:
+    replacing it would pull it from under readers holding its chunk digests."""
+    store = BlobStore(tmp_path / "blobs")
+    data = bytes(_zeroed(10000, [(0, 4000)]))
+    sha = hashlib.sha256(data).hexdigest()
+    store.path(sha).parent.mkdir(parents=True)
+    store.path(sha).write_bytes(data)
+    before = store.path(sha).stat().st_ino
+    stored = store.put(data, elide=[(0, 4000)])
+    assert not stored.written and stored.stored_size == 10000 and store.path(sha).stat().st_ino == before
+    assert bytes(store.read_chunked(sha, 10000, stored.chunks)) == data
 
 
 @pytest.mark.parametrize("where", ["header", "table", "live", "truncate"])
@@ -280,6 +333,27 @@ def test_fsck_repair_compacts_old_blobs_and_keeps_receipts_true(service, engine,
     assert [d["check"] for d in compare_receipts(bad, new_receipts)] == ["replay_blob_sha256"]
 
 
+def test_cli_fsck_repair_compacts_with_the_window_from_the_gguf(service, engine):
+    from click.testing import CliRunner
+
+    from app.cli import cli
+
+    entry, raw = _make_legacy(service, engine, engine.model.detokenize(prefix_tokens(engine.model, 800, seed=8)[1:]))
+    service.library.close()  # the CLI opens the library itself
+    run = CliRunner().invoke
+    r = run(cli, ["fsck"])
+    assert r.exit_code == 0 and "1 blobs from before compaction (run kvgraft fsck --repair" in r.stdout, r.output
+    assert json.loads(run(cli, ["stats", "--json"]).stdout)["uncompacted_blobs"] == 1
+    r = run(cli, ["fsck", "--repair", "--json"])
+    assert r.exit_code == 0, r.output
+    report = json.loads(r.stdout)
+    assert report["compacted"]["converted"] == 1 and report["uncompacted"] == 0 and report["ok"]
+    stats = json.loads(run(cli, ["stats", "--json"]).stdout)
+    assert stats["uncompacted_blobs"] == 0 and stats["bytes"] < 0.75 * stats["canonical_bytes"]
+    shown = json.loads(run(cli, ["show", str(entry.id), "--json"]).stdout)
+    assert shown["blob_sha256"] != raw.sha256 and shown["blob_stored_size"] == stats["bytes"]
+
+
 def test_compaction_skips_blobs_whose_model_is_not_here(service, engine):
     entry, raw = _make_legacy(service, engine, "A short note about eleven green doors, " * 30)
     res = compact_library(service.library, window=lambda sha: None)
@@ -290,7 +364,7 @@ def test_compaction_skips_blobs_whose_model_is_not_here(service, engine):
 def test_format_1_pack_imports_compacted(service, engine, probe, tmp_path):
     """A pack written before compaction (format 1: llama.cpp's bytes, named by their SHA-256)."""
     from app.packs import export_pack, import_pack
-    from library.pack import PackReader, write_pack
+    from library.pack import PackError, PackReader, write_pack
 
     text = engine.model.detokenize(prefix_tokens(engine.model, 1100, seed=11)[1:])
     tokens = engine.model.tokenize(text)
@@ -304,6 +378,16 @@ def test_format_1_pack_imports_compacted(service, engine, probe, tmp_path):
                 "fingerprint": engine.fingerprint,
                 "entries": [{"blob_sha256": raw.sha256, "blob_size": len(raw.data), "kind": "document", "text": text,
                              "n_tokens": len(tokens), "tokens_sha256": tokens_sha(tokens)}]}
+    # the same bytes dressed as format 2 are refused: a format 2 blob must already be canonical
+    fake = tmp_path / "fake.kvpack"
+    stored = container.make(len(raw.data), []).header + bytes(raw.data)
+    fake_manifest = json.loads(json.dumps(manifest))
+    fake_manifest["format_version"] = 2
+    fake_manifest["entries"][0]["blob_stored_size"] = len(stored)
+    write_pack(fake, fake_manifest, [(raw.sha256, lambda: stored)])
+    with pytest.raises(PackError, match="not in canonical form"):
+        import_pack(service, fake)
+    assert service.library.count() == 0
     old = tmp_path / "old.kvpack"
     write_pack(old, manifest, [(raw.sha256, lambda: bytes(raw.data))])
     res = import_pack(service, old)

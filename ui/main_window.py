@@ -345,9 +345,10 @@ class MainWindow(QMainWindow):
         rows = self.view.rows(self.engine_info.get("fingerprint"), self.search.text())
         self.entries.set_rows(rows)
         stats = self.view.stats(self.settings.n_ctx)
+        disk = f", {stats['bytes'] / 1e6:,.0f} MB on disk" if stats.get("bytes") else ""
         self.library_label.setText(
             f"library: {stats['entries']:,} entries, {stats['tokens']:,} tokens = {stats['context_multiple']:.1f}x the "
-            f"{self.settings.n_ctx:,}-token context")
+            f"{self.settings.n_ctx:,}-token context{disk}")
 
 
 def run(argv: list[str] | None = None) -> int:

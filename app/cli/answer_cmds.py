@@ -14,6 +14,7 @@ from ..ask import ask as run_ask
 from ..library_service import LibraryService, open_library
 from ..problems import read_jsonl
 from ..solve import solve as run_solve
+from ..packs import state_size_limit
 from ..verify import compare_receipts, library_items, pack_inputs, pack_items, receipts_sha256, run_verify
 from .common import EXIT_CHECK_FAILED, EXIT_INPUT, emit_json, engine_options, handle_errors, stage_progress
 
@@ -119,6 +120,7 @@ def verify(state, packs, use_library, replay, samples, receipts, check, as_json)
             for p in packs:
                 inp, reader = pack_inputs(p)
                 readers.append(reader)
+                reader.max_blob_size = state_size_limit(engine)
                 if check and inp["sha256"] != next(i["sha256"] for i in old["inputs"] if i.get("path") == str(Path(p).resolve())):
                     click.echo(f"error: {p} is not the pack the receipts name (its SHA-256 changed)", err=True)
                     sys.exit(EXIT_INPUT)

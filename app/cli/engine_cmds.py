@@ -32,6 +32,8 @@ def doctor(state, as_json: bool) -> None:
         f"context           n_ctx {report['config']['n_ctx']}, flash attention {'on' if report['config']['flash_attn'] else 'off'}, "
         f"KV {report['config']['type_k']}/{report['config']['type_v']}, {report['config']['n_threads']} threads",
         f"KV bytes/token    {report['kv_bytes_per_token']:,}",
+        "compaction        " + (f"on: window-layer cells {report['compaction']['n_swa']:,} or more behind are stored as zero runs"
+                                if report["compaction"]["active"] else "off (no standard sliding window)"),
         f"data dir          {report['data_dir']}",
         f"model cache       {report['model_dir']}",
         f"fingerprint       {report['fingerprint']}",
