@@ -18,7 +18,9 @@ JSON line per measurement goes to <home>/widen.jsonl.
 --baseline builds a library of 100 entries in <home>/small: the first 10 long documents, moved in
 with `kvgraft export`/`import` (format 2 packs, no prefill), and 90 short notes. The same latency
 is measured there, on the long documents, so the comparison holds the blob size fixed and varies
-only the library's size.
+only the library's size; and on the wide library, for the same 10 documents and for random ones.
+Each is measured with the page cache warm and with each blob dropped from it before its graft
+(posix_fadvise), i.e. read from disk.
 """
 
 from __future__ import annotations
@@ -74,8 +76,18 @@ def blob_disk(lib: Library) -> tuple[int, int]:
     return size, blocks
 
 
-def measure_latency(service: LibraryService, entries, samples: int, seed: int) -> dict:
-    """Lookup + graft latency of `samples` random entries (each checked exact against its receipt)."""
+def evict(lib: Library, sha: str) -> None:
+    """Drop one blob file's pages from the page cache (posix_fadvise; no root needed)."""
+    fd = os.open(lib.blobs.path(sha), os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def measure_latency(service: LibraryService, entries, samples: int, seed: int, cold: bool = False) -> dict:
+    """Lookup + graft latency of `samples` random entries (each checked exact against its receipt).
+    With `cold`, each entry's blob is dropped from the page cache before its graft."""
     engine, lib = service.engine, service.library
     probe = engine.model.tokenize(DOCUMENT_PROBE, add_bos=False)
     rng = random.Random(seed)
@@ -84,6 +96,8 @@ def measure_latency(service: LibraryService, entries, samples: int, seed: int) -
     with engine.session() as s:
         for e in picks:
             s.reset()
+            if cold:
+                evict(lib, e.blob_sha256)
             t0 = time.perf_counter()
             hit = lib.longest_prefix(list(e.tokens) + probe, engine.fingerprint)
             t1 = time.perf_counter()
@@ -105,13 +119,13 @@ def measure_latency(service: LibraryService, entries, samples: int, seed: int) -
 
 
 def snapshot_row(lib: Library, service: LibraryService, samples: int, seed: int, docs_only: bool = True,
-                 entry_ids: list[int] | None = None) -> dict:
+                 entry_ids: list[int] | None = None, cold: bool = False) -> dict:
     st = lib.stats()
     size, blocks = blob_disk(lib)
     docs = [e for e in lib.entries() if (e.title or "").startswith("widen doc") or not docs_only]
     if entry_ids is not None:
         docs = [e for e in docs if e.id in set(entry_ids)]
-    lat = measure_latency(service, docs, samples, seed)
+    lat = measure_latency(service, docs, samples, seed, cold=cold)
     return {"entries": st["entries"], "blob_tokens": st["blob_tokens"], "blob_bytes": size, "blob_blocks_bytes": blocks,
             "bytes_per_token": size / st["blob_tokens"], "canonical_bytes_per_token": st["canonical_bytes_per_token"],
             "latency": lat}
@@ -155,9 +169,14 @@ def baseline(args, service: LibraryService, home: Path, log) -> None:
     for k in range(n - 10, 90):
         small_service.deposit(f"Note {k}.\n" + synthetic_text(450, seed=2_000_000 + k), kind="document", title=f"note {k:03d}")
     long_ids = [e.id for e in small.entries() if (e.title or "").startswith("widen doc")]
-    row = snapshot_row(small, small_service, args.samples, seed=777, entry_ids=long_ids)
-    wide_same = snapshot_row(wide, service, args.samples, seed=777, entry_ids=[e.id for e in first])
-    out = {"event": "baseline", "small": row, "wide_same_documents": wide_same}
+    out = {"event": "baseline"}
+    for cold in (False, True):  # warm page cache, then each blob dropped from it before its graft
+        key = "cold" if cold else "warm"
+        out[key] = {
+            "small": snapshot_row(small, small_service, args.samples, seed=777, entry_ids=long_ids, cold=cold),
+            "wide_same_documents": snapshot_row(wide, service, args.samples, seed=777, entry_ids=[e.id for e in first], cold=cold),
+            "wide_random": snapshot_row(wide, service, args.samples, seed=778, cold=cold),
+        }
     (home / "baseline.json").write_text(json.dumps(out, indent=1))
     log(out)
     small.close()
@@ -176,15 +195,14 @@ def summary(home: Path) -> None:
               f"{m['canonical_bytes_per_token']:,.0f} | {lat['lookup_graft_ms']:.1f} ms | {lat['graft_ms_per_1k_tokens']:.2f} ms | "
               f"{'yes' if lat['all_exact'] else 'NO'} |")
     if base:
-        s, w = base["small"], base["wide_same_documents"]
-        print(f"\n100-entry library (10 of the same long documents + 90 short notes): lookup + graft "
-              f"{s['latency']['lookup_graft_ms']:.1f} ms median, graft {s['latency']['graft_ms_per_1k_tokens']:.2f} ms per 1K tokens; "
-              f"the same 10 documents in the wide library: {w['latency']['lookup_graft_ms']:.1f} ms "
-              f"({w['latency']['lookup_graft_ms'] / s['latency']['lookup_graft_ms']:.2f}x).")
-        if measures:
-            last = measures[-1]["latency"]
-            print(f"Random documents of the wide library: {last['lookup_graft_ms']:.1f} ms, "
-                  f"{last['graft_ms_per_1k_tokens'] / s['latency']['graft_ms_per_1k_tokens']:.2f}x the small library's per 1K tokens.")
+        print("\nThe 100-entry library (10 of the same documents + 90 short notes) against the wide one, "
+              "lookup + graft, median of 20:")
+        for key, label in (("warm", "page cache warm"), ("cold", "each blob dropped from the page cache first")):
+            s, w, r = (base[key][k]["latency"] for k in ("small", "wide_same_documents", "wide_random"))
+            print(f"  {label}: small {s['lookup_graft_ms']:.1f} ms; wide, same 10 documents {w['lookup_graft_ms']:.1f} ms "
+                  f"({w['lookup_graft_ms'] / s['lookup_graft_ms']:.2f}x); wide, random documents {r['lookup_graft_ms']:.1f} ms, "
+                  f"{r['graft_ms_per_1k_tokens'] / s['graft_ms_per_1k_tokens']:.2f}x per 1K tokens; all exact: "
+                  f"{'yes' if s['all_exact'] and w['all_exact'] and r['all_exact'] else 'NO'}")
     if deposits and measures:
         m = measures[-1]
         tok = sum(d["tokens"] for d in deposits)
@@ -218,7 +236,7 @@ def main() -> None:
         obj = {"at": time.strftime("%Y-%m-%dT%H:%M:%S"), **obj}
         logf.write(json.dumps(obj) + "\n")
         logf.flush()
-        brief = {k: v for k, v in obj.items() if k not in ("latency", "small", "wide_same_documents")}
+        brief = {k: v for k, v in obj.items() if k not in ("latency", "warm", "cold")}
         print(json.dumps(brief), flush=True)
 
     engine = open_engine(Settings(n_ctx=N_CTX))

@@ -151,7 +151,10 @@ def _variants(good, d):
     add("stray-file", pm.rebuild(good, d / "stray.kvpack", extra=[("readme.txt", b"hi", zipfile.ZIP_STORED)]), "not part of the pack format")
     add("compressed-blob", pm.rebuild(good, d / "deflate.kvpack", blob_ctype=zipfile.ZIP_DEFLATED), "compressed")
     add("declared-size-huge", pm.patch_declared_size(pm.rebuild(good, d / "huge.kvpack"), blob_name), "declares")
-    add("declared-1tb-in-manifest", pm.rebuild(good, d / "tb.kvpack", edit_manifest=lambda m: m["entries"][0].update(blob_size=10**12)), "the manifest says")
+    add("declared-1tb-in-manifest", pm.rebuild(good, d / "tb.kvpack", edit_manifest=lambda m: m["entries"][0].update(blob_size=10**12)),
+        "a state of this context is at most")
+    add("declared-1tb-stored", pm.rebuild(good, d / "tbs.kvpack", edit_manifest=lambda m: m["entries"][0].update(blob_stored_size=10**12)),
+        "the manifest says")
     add("truncated", pm.truncate(good, d / "trunc.kvpack", 0.6), "not a valid zip archive")
     add("truncated-tail", pm.truncate(good, d / "trunc2.kvpack", 0.999), "not a valid zip archive")
     add("newer-format", pm.rebuild(good, d / "v99.kvpack", edit_manifest=lambda m: m.update(format_version=99)), "newer than this kvgraft")
@@ -179,7 +182,7 @@ def _variants(good, d):
 
 
 _CASE_NAMES = ["zip-slip", "zip-slip-nested", "absolute-path", "symlink", "duplicate-member", "unnamed-member", "stray-file",
-               "compressed-blob", "declared-size-huge", "declared-1tb-in-manifest", "truncated", "truncated-tail", "newer-format",
+               "compressed-blob", "declared-size-huge", "declared-1tb-in-manifest", "declared-1tb-stored", "truncated", "truncated-tail", "newer-format",
                "wrong-type-version", "wrong-type-entries", "wrong-type-size", "missing-text", "empty-pack", "no-manifest",
                "not-json", "blob-hash-mismatch", "valid-hash-not-a-state", "other-fingerprint", "other-model",
                "tokens-mismatch", "not-a-zip"]
