@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import hashlib
+import os
 import logging
 import shutil
 from pathlib import Path
@@ -77,7 +78,7 @@ def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: 
         "model": {"sha256": model_row["sha256"], "name": model_row["name"], "architecture": model_row["architecture"]},
         "fingerprint": entries[0].fingerprint,
         "entries": [
-            {"blob_sha256": e.blob_sha256, "blob_size": e.blob_size, "blob_stored_size": lib.blobs.size(e.blob_sha256),
+            {"blob_sha256": e.blob_sha256, "blob_size": e.blob_size, "blob_stored_size": _member_size(lib, e.blob_sha256),
              "kind": e.kind, "title": e.title,
              "question": e.question, "text": e.text, "answer": e.answer, "n_tokens": e.n_tokens,
              "tokens_sha256": e.tokens_sha256, "checker": e.checker, "receipt": e.receipt}
@@ -97,10 +98,24 @@ def state_size_limit(engine) -> int:
     return (engine.layout.bytes_per_token() + 64) * engine.config.n_ctx + (1 << 20)
 
 
+def _member_size(lib, sha: str) -> int | None:
+    """The pack member's size: the stored container, or a plain file (a blob with nothing to elide
+    kept in the form it had before compaction) plus the header that makes it one."""
+    try:
+        with open(lib.blobs.path(sha), "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            return size if container.is_container(fh.read(4)) else size + container.HEAD_SIZE
+    except OSError:
+        return None  # reported by the export's read of the blob
+
+
 def _stored_checked(lib, e: Entry, declared: int) -> bytes:
-    """The entry's compact blob exactly as stored, after checking it decodes to its address."""
+    """The entry's blob as a compact container (as stored, or a plain file wrapped in a header
+    that elides nothing), after checking it decodes to its address."""
     try:
         data = lib.blobs.stored_bytes(e.blob_sha256)
+        if not container.is_container(data):
+            data = container.make(len(data), []).header + data
         c = container.parse_header(data, stored_size=len(data))
     except FileNotFoundError as exc:
         raise PackError(f"entry #{e.id}: its blob is missing; run kvgraft fsck") from exc

@@ -52,9 +52,6 @@ class WindowSpec:
         return {"n_swa": self.n_swa, "swa_caches": list(self.swa_caches)}
 
 
-NO_WINDOW = WindowSpec(0, ())
-
-
 def dead_cells(n_tokens: int, n_swa: int) -> int:
     """How many leading cells (positions 0..d-1) no later token can attend to."""
     return max(0, n_tokens - n_swa) if n_swa > 0 else 0
@@ -125,9 +122,3 @@ def _zero_dead(arr: np.ndarray, parsed: ParsedState, spec: WindowSpec) -> None:
 def is_canonical(data, parsed: ParsedState, spec: WindowSpec) -> bool:
     arr = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
     return not any(arr[off : off + n].any() for off, n in dead_ranges(parsed, spec).tolist())
-
-
-def live_fraction(parsed: ParsedState, spec: WindowSpec, total: int) -> float:
-    """The share of a snapshot's bytes a compact container stores (header aside)."""
-    r = dead_ranges(parsed, spec)
-    return 1.0 - (int(r[:, 1].sum()) if len(r) else 0) / total

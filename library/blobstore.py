@@ -21,7 +21,6 @@ canonical bytes against the address.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import hashlib
 import os
@@ -32,17 +31,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
-
 from . import container
+from .blobread import CHUNK, ReadPlan, pread_all, read_header
 from .errors import BlobCorrupt, BlobMissing, LibraryError, StorageFull
 
-CHUNK = 2 << 20
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kvgraft-blob")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
 _TMP = re.compile(r"^\.tmp-([0-9a-f]{64})-(\d+)-[0-9a-f]+$")
-READ_CHUNK = 8 << 20
-_IOV_MAX = 1024
 
 
 def check_sha(sha256: str) -> str:
@@ -140,30 +135,22 @@ class BlobStore:
         except FileNotFoundError as exc:
             raise BlobMissing(f"blob {sha256} is missing from {self.root}") from exc
 
-    def header(self, sha256: str) -> container.Container | None:
-        """The compact container header of a stored blob, or None for a plain (pre-compaction) blob."""
-        fd = self._open(sha256)
-        try:
-            return _read_header(fd, sha256, os.fstat(fd).st_size)
-        finally:
-            os.close(fd)
-
     def read_verified(self, sha256: str, expected_size: int | None = None) -> bytearray:
         """The blob's canonical bytes, after checking size and SHA-256. Raises BlobMissing / BlobCorrupt."""
         fd = self._open(sha256)
         try:
             file_size = os.fstat(fd).st_size
-            c = _read_header(fd, sha256, file_size)
+            c = read_header(fd, sha256, file_size)
             size = c.size if c is not None else file_size
             if expected_size is not None and size != expected_size:
                 raise BlobCorrupt(f"blob {sha256} holds {size:,} bytes, the index says {expected_size:,}")
             try:
                 if c is None:
                     buf = bytearray(size)
-                    _pread_all(fd, [memoryview(buf)], 0, sha256)
+                    pread_all(fd, [memoryview(buf)], 0, sha256)
                 else:
                     raw = bytearray(file_size)
-                    _pread_all(fd, [memoryview(raw)], 0, sha256)
+                    pread_all(fd, [memoryview(raw)], 0, sha256)
                     buf = container.decode(raw, c)
             except OSError as exc:
                 raise BlobCorrupt(f"blob {sha256} cannot be read: {exc.strerror or exc}") from exc
@@ -185,7 +172,7 @@ class BlobStore:
         fd = self._open(sha256)
         try:
             file_size = os.fstat(fd).st_size
-            c = _read_header(fd, sha256, file_size)
+            c = read_header(fd, sha256, file_size)
             size = c.size if c is not None else file_size
             if size != expected_size:
                 raise BlobCorrupt(f"blob {sha256} holds {size:,} bytes, the index says {expected_size:,}")
@@ -197,7 +184,7 @@ class BlobStore:
             else:
                 buf = bytearray(size)
                 view = memoryview(buf)
-            plan = _ReadPlan(view, c, file_size)
+            plan = ReadPlan(view, c, file_size)
             try:  # every read finishes before fd closes
                 results = list(_POOL.map(lambda i: plan.read_chunk(fd, i, chunks[32 * i : 32 * i + 32]), range(n_chunks)))
             except OSError as exc:
@@ -294,144 +281,6 @@ def _digest_pieces(parts: list[memoryview]) -> bytes:
     return b"".join(out)
 
 
-def _pread_all(fd: int, views: list[memoryview], offset: int, sha256: str) -> None:
-    """Fill `views` from the file at `offset` (preadv, at most IOV_MAX buffers a call, short reads resumed)."""
-    views = [v for v in views if len(v)]
-    i = 0
-    while i < len(views):
-        batch = views[i : i + _IOV_MAX]
-        want = sum(len(v) for v in batch)
-        got = os.preadv(fd, batch, offset)
-        if got == want:
-            i += len(batch)
-            offset += got
-            continue
-        if got <= 0:
-            raise BlobCorrupt(f"blob {sha256} ended early (truncated file)")
-        offset += got
-        while got >= len(views[i]):  # drop what was filled, keep the rest of a partly filled view
-            got -= len(views[i])
-            i += 1
-        views[i] = views[i][got:]
-
-
-def _read_header(fd: int, sha256: str, file_size: int) -> container.Container | None:
-    try:
-        head = os.pread(fd, 4096, 0)
-        if not container.is_container(head):
-            return None
-        return container.parse_header(head, lambda off, n: os.pread(fd, n, off), stored_size=file_size)
-    except OSError as exc:
-        raise BlobCorrupt(f"blob {sha256} cannot be read: {exc.strerror or exc}") from exc
-
-
-class _ReadPlan:
-    """Where each stored chunk of a blob lands in the output buffer (see BlobStore.read_chunked).
-
-    A chunk of few live runs is read with one preadv straight into its places and hashed from
-    there. A chunk of many small runs (a transposed V tensor's rows: 1 KB each for Gemma 3) is
-    read into a 2 MiB scratch buffer and hashed in one call (hashlib drops the GIL only for large
-    updates), then scattered with one strided numpy copy per run of equal pieces."""
-
-    MANY = 32
-
-    def __init__(self, view: memoryview, c: container.Container | None, file_size: int) -> None:
-        self.view, self.c, self.file_size = view, c, file_size
-        if c is not None:
-            self.header_copy = bytearray(c.header_size)
-            self.canon, self.length, self.stored = c.live_segments()
-            self.arr = np.frombuffer(view, dtype=np.uint8)
-
-    def pieces(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """(output offset, length) of the live bytes stored at lo..hi (past the header), in order."""
-        lo = max(lo, self.c.header_size)
-        if lo >= hi or not len(self.stored):
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        j0 = max(0, int(np.searchsorted(self.stored, lo, side="right")) - 1)
-        j1 = int(np.searchsorted(self.stored, hi, side="left"))
-        s, n, a = self.stored[j0:j1], self.length[j0:j1], self.canon[j0:j1]
-        a0, a1 = np.maximum(s, lo), np.minimum(s + n, hi)
-        keep = a1 > a0
-        return (a + (a0 - s))[keep], (a1 - a0)[keep]
-
-    def read_chunk(self, fd: int, i: int, digest: bytes) -> bool:
-        lo, hi = i * CHUNK, min((i + 1) * CHUNK, self.file_size)
-        try:
-            if self.c is None:
-                view = self.view[lo:hi]
-                _pread_all(fd, [view], lo, "")
-                return hashlib.sha256(view).digest() == digest
-            dest, length = self.pieces(lo, hi)
-            head = [memoryview(self.header_copy)[lo : min(hi, self.c.header_size)]] if lo < self.c.header_size else []
-            if len(dest) <= self.MANY:
-                views = head + [self.view[d : d + n] for d, n in zip(dest.tolist(), length.tolist())]
-                _pread_all(fd, list(views), lo, "")
-                h = hashlib.sha256()
-                for v in views:
-                    h.update(v)
-                return h.digest() == digest
-            scratch = bytearray(hi - lo)
-            _pread_all(fd, [memoryview(scratch)], lo, "")
-            if hashlib.sha256(scratch).digest() != digest:
-                return False
-        except BlobCorrupt:
-            return False
-        src = np.frombuffer(scratch, dtype=np.uint8)
-        pos = 0
-        if head:
-            head[0][:] = scratch[: len(head[0])]
-            pos = len(head[0])
-        for start, count, stride, n in _strided_groups(np.stack([dest, length], axis=1)):
-            if start + (count - 1) * stride + n > len(self.arr):
-                raise BlobCorrupt("a live run lies outside the blob")
-            block = src[pos : pos + count * n].reshape(count, n)
-            if count == 1:
-                self.arr[start : start + n] = block[0]
-            else:
-                np.lib.stride_tricks.as_strided(self.arr[start:], shape=(count, n), strides=(stride, 1))[...] = block
-            pos += count * n
-        return True
-
-    def zero_fill(self, part: int) -> None:
-        """Zero the elided ranges, half of the bytes for each of two workers. Runs of ranges of one
-        length at one stride (a transposed V tensor's rows) are filled with one strided numpy
-        assignment; single ranges with memset. Both drop the GIL."""
-        groups = _strided_groups(self.c.ranges)
-        if not groups:
-            return
-        sizes = np.cumsum([g[1] * g[3] for g in groups])
-        split = int(np.searchsorted(sizes, sizes[-1] // 2))
-        sel = groups[: split + 1] if part == 0 else groups[split + 1 :]
-        arr = np.frombuffer(self.view, dtype=np.uint8)
-        base = ctypes.addressof(ctypes.c_char.from_buffer(self.view))
-        limit = len(self.view)
-        for start, count, stride, length in sel:
-            if start + (count - 1) * stride + length > limit:
-                raise BlobCorrupt("an elided range lies outside the blob")
-            if count == 1:
-                ctypes.memset(base + start, 0, length)
-            else:
-                np.lib.stride_tricks.as_strided(arr[start:], shape=(count, length), strides=(stride, 1))[...] = 0
-
-
-def _strided_groups(ranges: np.ndarray) -> list[tuple[int, int, int, int]]:
-    """(start, count, stride, length) runs covering sorted (offset, length) pairs: consecutive
-    pairs of one length whose offsets are evenly spaced form one run."""
-    if not len(ranges):
-        return []
-    starts, lens = ranges[:, 0].astype(np.int64), ranges[:, 1].astype(np.int64)
-    d = np.diff(starts)
-    brk = np.ones(len(starts), dtype=bool)
-    brk[1:] = lens[1:] != lens[:-1]
-    brk[2:] |= d[1:] != d[:-1]
-    firsts = np.flatnonzero(brk)
-    counts = np.diff(np.append(firsts, len(starts)))
-    strides = np.where(counts > 1, np.append(d, 0)[firsts], 0)
-    return list(zip(starts[firsts].tolist(), counts.tolist(), strides.tolist(), lens[firsts].tolist()))
-
-
 def chunk_digests(data) -> bytes:
-    """SHA-256 of each CHUNK-sized piece of `data`, concatenated (hashed on two threads)."""
-    view = memoryview(data).cast("B")
-    n = (len(view) + CHUNK - 1) // CHUNK
-    return b"".join(_POOL.map(lambda i: hashlib.sha256(view[i * CHUNK : (i + 1) * CHUNK]).digest(), range(n)))
+    """SHA-256 of each CHUNK-sized piece of `data`, concatenated."""
+    return _digest_pieces([memoryview(data).cast("B")])

@@ -10,8 +10,9 @@ Blobs are stored compact and addressed by their canonical bytes. A format 2 pack
 that way; a format 1 pack carries the bytes as llama.cpp wrote them, and the caller's
 `canonicalize(buffer) -> elided ranges` (engine/compaction.py with the model's window) turns
 each into its canonical form first: its entries get the new address, the old one is kept in
-`blob_aliases`. A format 2 blob goes through the same function, which must leave it unchanged;
-the ranges stored are always the model's dead cells, never ranges a pack declares.
+`blob_aliases`. A format 2 blob, which the caller has checked is canonical for the model, goes
+through the same function for its ranges: the ranges stored are always the model's dead cells,
+never ranges a pack declares.
 """
 
 from __future__ import annotations
@@ -56,10 +57,9 @@ def commit_pack(
             new = sha
             if canonicalize is not None:  # the ranges stored are the model's dead cells, never the pack's own
                 data = data if isinstance(data, bytearray) else bytearray(data)
-                ranges = canonicalize(data)
-                new = hashlib.sha256(data).hexdigest()
-                if reader.compact and new != sha:
-                    raise LibraryError(f"blob {sha[:16]}... is not in canonical form (its dead window cells are not zero)")
+                ranges = canonicalize(data)  # a format 2 blob is already canonical (app/packs.py checked)
+                if not reader.compact:
+                    new = hashlib.sha256(data).hexdigest()
             pending += lib.mark_pending([new])
             stored[new] = lib.blobs.put(data, new, trusted=True, elide=ranges)  # an intact copy is not written again
             address[sha] = new

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from app.compaction import compact_library
-from app.library_service import LibraryService, open_library
+from app.library_service import LibraryService, model_record, open_library
 from app.textgen import prefix_tokens
 from app.verify import compare_receipts, library_items, run_verify
 from engine.compaction import WindowSpec, canonicalize, dead_cells, dead_ranges, is_canonical
@@ -284,8 +284,7 @@ def _make_legacy(service, engine, text):
         s.prefill(tokens)
         raw = s.snapshot(canonical=False)
     entry, _ = lib.add_entry(kind="document", text=text, tokens=tokens, blob=raw.data, fingerprint=engine.fingerprint,
-                             model=None, receipt=None)
-    lib.db.execute("UPDATE entries SET model_sha256 = ? WHERE id = ?", [engine.model.info.sha256, entry.id])
+                             model=model_record(engine), receipt=None)
     lib.blobs.path(raw.sha256).write_bytes(raw.data)
     with lib.write():
         lib.db.execute("UPDATE blobs SET stored_size = NULL, canonical = NULL, chunks = ? WHERE sha256 = ?",
@@ -352,6 +351,25 @@ def test_cli_fsck_repair_compacts_with_the_window_from_the_gguf(service, engine)
     assert stats["uncompacted_blobs"] == 0 and stats["bytes"] < 0.75 * stats["canonical_bytes"]
     shown = json.loads(run(cli, ["show", str(entry.id), "--json"]).stdout)
     assert shown["blob_sha256"] != raw.sha256 and shown["blob_stored_size"] == stats["bytes"]
+
+
+def test_short_old_blob_keeps_its_address_and_exports(service, engine, tmp_path):
+    """Under the window there is nothing to zero: the address stays, the plain file is kept as it
+    is (never replaced under a reader), and export wraps it as a format 2 member."""
+    from app.packs import export_pack
+    from library.pack import PackReader
+
+    entry, raw = _make_legacy(service, engine, "A short note about eleven green doors, " * 20)
+    assert entry.n_tokens < 512
+    res = compact_library(service.library, window=lambda sha: (engine.model.info.n_swa, engine.model.info.architecture))
+    assert res["converted"] == 1
+    moved = service.library.get(entry.id)
+    assert moved.blob_sha256 == raw.sha256 and service.library.blobs.size(raw.sha256) == len(raw.data)
+    assert fsck(service.library)["ok"] and fsck(service.library)["uncompacted"] == 0
+    out = tmp_path / "short.kvpack"
+    export_pack(service.library, [moved], out)
+    with PackReader(out) as reader:
+        assert bytes(reader.read_blob(raw.sha256)) == bytes(raw.data)
 
 
 def test_compaction_skips_blobs_whose_model_is_not_here(service, engine):
