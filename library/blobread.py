@@ -65,6 +65,10 @@ class ReadPlan:
             self.header_copy = bytearray(c.header_size)
             self.canon, self.length, self.stored = c.live_segments()
             self.arr = np.frombuffer(view, dtype=np.uint8)
+            groups = strided_groups(c.ranges)  # split once, by bytes, between the two zero-fill workers
+            sizes = np.cumsum([g[1] * g[3] for g in groups]) if groups else np.zeros(0)
+            split = int(np.searchsorted(sizes, sizes[-1] // 2)) + 1 if groups else 0
+            self.zero_parts = (groups[:split], groups[split:])
 
     def pieces(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """(output offset, length) of the live bytes stored at lo..hi (past the header), in order."""
@@ -120,13 +124,10 @@ class ReadPlan:
         """Zero the elided ranges, half of the bytes for each of two workers. Runs of ranges of one
         length at one stride (a transposed V tensor's rows) are filled with one strided numpy
         assignment; single ranges with memset. Both drop the GIL."""
-        groups = strided_groups(self.c.ranges)
-        if not groups:
+        sel = self.zero_parts[part]
+        if not sel:
             return
-        sizes = np.cumsum([g[1] * g[3] for g in groups])
-        split = int(np.searchsorted(sizes, sizes[-1] // 2))
-        sel = groups[: split + 1] if part == 0 else groups[split + 1 :]
-        arr = np.frombuffer(self.view, dtype=np.uint8)
+        arr = self.arr
         base = ctypes.addressof(ctypes.c_char.from_buffer(self.view))
         limit = len(self.view)
         for start, count, stride, length in sel:
