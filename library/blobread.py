@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from . import container
-from .errors import BlobCorrupt
+from .errors import BlobCorrupt, BlobUnreadable
 
 CHUNK = 2 << 20  # the unit of the chunk digests kept in the index
 IOV_MAX = 1024
@@ -39,6 +39,11 @@ def pread_all(fd: int, views: list[memoryview], offset: int, sha256: str) -> Non
         views[i] = views[i][got:]
 
 
+def unreadable(sha256: str, exc: OSError) -> BlobUnreadable:
+    """The error for an OS error while reading a blob that is there: not damage (see BlobUnreadable)."""
+    return BlobUnreadable(f"blob {sha256} could not be read (not marked damaged; it may read next time): {exc}")
+
+
 def read_header(fd: int, sha256: str, file_size: int) -> container.Container | None:
     try:
         head = os.pread(fd, 4096, 0)
@@ -46,7 +51,7 @@ def read_header(fd: int, sha256: str, file_size: int) -> container.Container | N
             return None
         return container.parse_header(head, lambda off, n: os.pread(fd, n, off), stored_size=file_size)
     except OSError as exc:
-        raise BlobCorrupt(f"blob {sha256} cannot be read: {exc.strerror or exc}") from exc
+        raise unreadable(sha256, exc) from exc
 
 
 class ReadPlan:

@@ -26,14 +26,14 @@ import hashlib
 import os
 import re
 import secrets
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from . import container
-from .blobread import CHUNK, ReadPlan, pread_all, read_header
-from .errors import BlobCorrupt, BlobMissing, LibraryError, StorageFull
+from .blobread import CHUNK, ReadPlan, pread_all, read_header, unreadable
+from .errors import BlobCorrupt, BlobMissing, BlobUnreadable, LibraryError, StorageFull
 
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kvgraft-blob")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
@@ -104,13 +104,8 @@ class BlobStore:
         parts = container.pieces(view, c)
         chunks = _digest_pieces(parts)
         final = self.path(digest)
-        if final.is_file():
-            if final.stat().st_size == c.stored_size and self._file_digests(final) == chunks:
-                return StoredBlob(digest, False, len(view), c.stored_size, chunks)
-            if self.verify(digest) is None:
-                # intact in another form (a plain pre-compaction file of the same bytes, or other ranges):
-                # keep it. Replacing it would pull it from under readers holding its chunk digests.
-                return StoredBlob(digest, False, len(view), final.stat().st_size, self._file_digests(final))
+        if final.is_file() and (kept := self._intact_copy(digest, chunks)) is not None:
+            return StoredBlob(digest, False, len(view), *kept)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.parent / f".tmp-{digest}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
@@ -128,15 +123,34 @@ class BlobStore:
             raise LibraryError(f"could not write blob {digest[:16]}...: {exc.strerror or exc}") from exc
         return StoredBlob(digest, True, len(view), c.stored_size, chunks)
 
+    def _intact_copy(self, sha256: str, chunks: bytes) -> tuple[int, bytes] | None:
+        """(stored size, chunk digests) of the stored file when it holds the blob intact, from one
+        read of it; None when it must be rewritten (damaged, unreadable, or gone meanwhile).
+
+        The same bytes as `chunks` describe are intact as they are. Another form (a plain
+        pre-compaction file of the same bytes, other ranges) is kept when its canonical bytes hash
+        to the address: replacing it would pull it from under readers holding its chunk digests."""
+        try:
+            raw, c = self._read_stored(sha256)
+        except (BlobMissing, BlobCorrupt, BlobUnreadable):
+            return None
+        digests = chunk_digests(raw)
+        if digests == chunks or _canonical_sha256(raw, c) == sha256:
+            return len(raw), digests
+        return None
+
     # -- reading -------------------------------------------------------------------------------
     def _open(self, sha256: str) -> int:
         try:
             return os.open(self.path(sha256), os.O_RDONLY)
         except FileNotFoundError as exc:
             raise BlobMissing(f"blob {sha256} is missing from {self.root}") from exc
+        except OSError as exc:
+            raise unreadable(sha256, exc) from exc
 
-    def read_verified(self, sha256: str, expected_size: int | None = None) -> bytearray:
-        """The blob's canonical bytes, after checking size and SHA-256. Raises BlobMissing / BlobCorrupt."""
+    def _read_stored(self, sha256: str, expected_size: int | None = None) -> tuple[bytearray, container.Container | None]:
+        """The blob's file as stored, read whole, and its container header (None: a plain file),
+        after checking the canonical size against `expected_size`. Nothing is hashed here."""
         fd = self._open(sha256)
         try:
             file_size = os.fstat(fd).st_size
@@ -144,18 +158,19 @@ class BlobStore:
             size = c.size if c is not None else file_size
             if expected_size is not None and size != expected_size:
                 raise BlobCorrupt(f"blob {sha256} holds {size:,} bytes, the index says {expected_size:,}")
-            try:
-                if c is None:
-                    buf = bytearray(size)
-                    pread_all(fd, [memoryview(buf)], 0, sha256)
-                else:
-                    raw = bytearray(file_size)
-                    pread_all(fd, [memoryview(raw)], 0, sha256)
-                    buf = container.decode(raw, c)
-            except OSError as exc:
-                raise BlobCorrupt(f"blob {sha256} cannot be read: {exc.strerror or exc}") from exc
+            raw = bytearray(file_size)
+            pread_all(fd, [memoryview(raw)], 0, sha256)
+        except OSError as exc:
+            raise unreadable(sha256, exc) from exc
         finally:
             os.close(fd)
+        return raw, c
+
+    def read_verified(self, sha256: str, expected_size: int | None = None) -> bytearray:
+        """The blob's canonical bytes, after checking size and SHA-256. Raises BlobMissing /
+        BlobCorrupt, or BlobUnreadable for an OS error while reading (not damage)."""
+        raw, c = self._read_stored(sha256, expected_size)
+        buf = raw if c is None else container.decode(raw, c)
         if hashlib.sha256(buf).hexdigest() != sha256:
             raise BlobCorrupt(f"blob {sha256} does not match its SHA-256 (damaged or tampered)")
         return buf
@@ -168,7 +183,8 @@ class BlobStore:
         elided ranges are zero-filled; the container header is hashed with chunk 0, so the map
         used to place the bytes is the one that was checked. With `into` (a reusable buffer at
         least that large) the bytes land there and a memoryview of exactly the blob's size is
-        returned: a large fresh allocation costs a page fault per 4 KB page on first touch."""
+        returned: a large fresh allocation costs a page fault per 4 KB page on first touch.
+        Every read into the buffer has finished when this returns or raises."""
         fd = self._open(sha256)
         try:
             file_size = os.fstat(fd).st_size
@@ -185,16 +201,15 @@ class BlobStore:
                 buf = bytearray(size)
                 view = memoryview(buf)
             plan = ReadPlan(view, c, file_size)
-            try:  # every read finishes before fd closes
-                results = list(_POOL.map(lambda i: plan.read_chunk(fd, i, chunks[32 * i : 32 * i + 32]), range(n_chunks)))
-            except OSError as exc:
-                raise BlobCorrupt(f"blob {sha256} cannot be read: {exc.strerror or exc}") from exc
+            results = _run_all(lambda i: plan.read_chunk(fd, i, chunks[32 * i : 32 * i + 32]), range(n_chunks))
+        except OSError as exc:
+            raise unreadable(sha256, exc) from exc
         finally:
-            os.close(fd)
+            os.close(fd)  # after every read: _run_all waits for all of them, failed or not
         if not all(results) or (c is not None and bytes(plan.header_copy) != c.header):
             raise BlobCorrupt(f"blob {sha256} does not match its SHA-256 (damaged or tampered)")
         if c is not None:  # only a header that was checked decides where zeros go
-            list(_POOL.map(plan.zero_fill, range(2)))
+            _run_all(plan.zero_fill, range(2))
         return buf
 
     def stored_bytes(self, sha256: str) -> bytes:
@@ -213,15 +228,19 @@ class BlobStore:
         return self._file_digests(self.path(sha256))
 
     def verify(self, sha256: str) -> str | None:
-        """None when the blob is intact, else a short reason ("missing", "hash mismatch", ...)."""
+        """None when the blob is intact, else a short reason: "missing", "hash mismatch",
+        "corrupt: ..." (damaged another way: truncated, a bad header), or "unreadable: ..." (an OS
+        error this time, BlobUnreadable: not damage)."""
         if not self.path(sha256).is_file():
             return "missing"
         try:
             self.read_verified(sha256)
         except BlobMissing:
             return "missing"
+        except BlobUnreadable as exc:
+            return f"unreadable: {exc}"
         except BlobCorrupt as exc:
-            return "hash mismatch" if "SHA-256" in str(exc) else f"unreadable: {exc}"
+            return "hash mismatch" if "SHA-256" in str(exc) else f"corrupt: {exc}"
         return None
 
     # -- listing and removal -------------------------------------------------------------------
@@ -261,6 +280,24 @@ class StoredBlob:
     size: int  # canonical bytes (what a graft reads)
     stored_size: int  # bytes on disk
     chunks: bytes  # SHA-256 of each CHUNK of the stored bytes
+
+
+def _run_all(fn, items) -> list:
+    """`fn` over `items` on the pool. Returns or raises only once every call has finished (a
+    worker may be writing into a caller's buffer through a caller's fd); then the first error, in
+    item order, is raised."""
+    futures = []
+    try:
+        for item in items:
+            futures.append(_POOL.submit(fn, item))
+    finally:
+        wait(futures)
+    return [f.result() for f in futures]
+
+
+def _canonical_sha256(stored, c: container.Container | None) -> str:
+    """The content address of a stored file held in memory (a container is decoded first)."""
+    return hashlib.sha256(stored if c is None else container.decode(stored, c)).hexdigest()
 
 
 def _digest_pieces(parts: list[memoryview]) -> bytes:

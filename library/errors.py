@@ -19,3 +19,9 @@ class EntryNotFound(LibraryError):
 
 class StorageFull(LibraryError):
     """The disk filled up while writing; nothing was committed."""
+
+
+class BlobUnreadable(LibraryError):
+    """A blob that is on disk but could not be read this time (an OS error: EIO, a permission, ...).
+
+    Not damage: its bytes were never compared, so nothing is marked and a later read may work."""

@@ -158,12 +158,13 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
     on_disk = set(lib.blobs.iter_blobs())
     bad_blobs, intact = set(), set()
     for sha, eids in sorted(referenced.items()):
+        verdict = None
         if sha not in on_disk:
             reason = "blob missing"
         elif sha in blob_rows and lib.blobs.size(sha) != blob_rows[sha]:
             reason = "blob size mismatch"
-        elif check_hashes and lib.blobs.verify(sha) is not None:
-            reason = "blob hash mismatch"
+        elif check_hashes and (verdict := lib.blobs.verify(sha)) is not None:
+            reason = "blob unreadable" if verdict.startswith("unreadable") else "blob hash mismatch"
         else:
             reason = None
             if check_hashes:
@@ -171,8 +172,9 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
                 _check_chunks(lib, sha, problems, repaired, repair)
         if reason:
             bad_blobs.add(sha)
-            problems.append({"kind": reason.replace(" ", "_"), "blob": sha, "entries": eids, "detail": f"{reason} ({len(eids)} entries)"})
-            if repair:
+            detail = f"{reason} ({len(eids)} entries)" + (f": {verdict.removeprefix('unreadable: ')}" if reason == "blob unreadable" else "")
+            problems.append({"kind": reason.replace(" ", "_"), "blob": sha, "entries": eids, "detail": detail})
+            if repair and reason != "blob unreadable":  # an OS error this time is not damage: nothing to repair
                 lib.mark_damaged(sha, reason)
     for eid, sha, why in list(q("SELECT id, blob_sha256, damaged FROM entries WHERE damaged IS NOT NULL")):
         if sha in bad_blobs:
