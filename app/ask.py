@@ -3,10 +3,12 @@
 1. graft: the library holds a graftable entry for this exact (normalized) question. Its state is
    grafted, the question suffix ("Q: <question> / A:") is prefilled and the answer decoded up to
    the newline. If the suffix is the entry's receipt probe, the logits after it are compared with
-   the receipt's fresh logits SHA-256: the graft is shown exact on the spot.
+   the receipt's fresh logits SHA-256: `exact` is the outcome of that comparison (true or false);
+   where no comparison applies it is null ("exact restore, not compared").
 2. prefix: the longest stored entry whose tokens start the prompt is grafted and only the rest of
    the prompt is prefilled.
 3. fresh: the whole prompt is prefilled and the model works within a token budget.
+Only proven entries (local, replayed, or signed by a trusted key) are ever grafted.
 """
 
 from __future__ import annotations
@@ -29,31 +31,51 @@ GRAFT_ANSWER_TOKENS = 24  # an answer copied from a graft is a few tokens and a 
 class AskResult:
     question: str
     answer: str  # what the model decoded (never the stored answer)
-    verified_answer: str | None
-    answer_checked: bool | None
+    verified_answer: str | None  # the stored answer, only when someone vouched for it (verified_by)
+    answer_checked: bool | None  # the decoded answer passed the entry's checker against verified_answer
     source: str  # graft / prefix / fresh
     entry_id: int | None
     tokens_restored: int
     graft_ms: float | None
     tokens_prefilled: int
     tokens_decoded: int
-    exact: bool | None  # graft path: exact restore used (and, where a receipt applies, logits matched it)
+    exact: bool | None  # True/False: logits after the graft were compared with a fresh run's (receipt); None: not compared
     receipt_match: bool | None
     wall_ms: float
     stop_reason: str
+    proof: str | None = None  # how the grafted state is known: local / replayed / signed:<key name>
+    verified: bool = False  # the stored answer for this question was vouched for
+    verified_by: str | None = None  # who vouched: checker:<name>, generator:<name>, signer:<key name>, you
+    stored_answer: str | None = None  # a stored answer nobody vouched for (stated by its author)
 
     def as_dict(self) -> dict:
         return asdict(self)
 
     def provenance(self) -> str:
-        """One line in plain words, for people."""
+        """One line in plain words, for people: where the answer came from, its proof, who vouched, exact or not."""
         if self.source == "fresh":
             return f"fresh - {self.tokens_prefilled:,} tokens prefilled - {self.tokens_decoded} decoded"
-        what = f"verified entry #{self.entry_id}" if self.source == "graft" else f"stored prefix #{self.entry_id}"
-        exact = "exact graft" if self.exact else "graft NOT shown exact"
+        what = f"entry #{self.entry_id}" if self.source == "graft" else f"stored prefix #{self.entry_id}"
+        origin = f"proof {self.proof}"
+        if self.source == "graft":
+            origin += f", answer verified by {self.verified_by}" if self.verified else ", answer not verified"
+        if self.exact is True:
+            exact = "exact: logits equal the fresh run's in its receipt"
+        elif self.exact is False:
+            exact = "NOT exact: logits differ from the fresh run's in its receipt"
+        else:
+            exact = "exact restore, not compared"
         rest = f" - {self.tokens_prefilled:,} prefilled" if self.source == "prefix" else ""
-        return (f"from {what} - {self.tokens_restored:,} tokens restored in {self.graft_ms:.0f} ms - {exact}{rest} - "
+        return (f"from {what} ({origin}) - {self.tokens_restored:,} tokens restored in {self.graft_ms:.0f} ms - {exact}{rest} - "
                 f"{self.tokens_decoded} tokens decoded")
+
+
+def _compare_with_receipt(session, entry, continuation) -> bool | None:
+    """True/False when `continuation` is the entry's receipt probe (logits compared), None otherwise."""
+    r = entry.receipt
+    if not r or r.get("probe_tokens_sha256") != tokens_sha256(continuation) or not r.get("fresh_logits_sha256"):
+        return None
+    return logits_sha256(session.logits()) == r["fresh_logits_sha256"]
 
 
 def ask(
@@ -71,7 +93,9 @@ def ask(
     if not question.strip():
         raise ValueError("the question is empty")
     entry = lib.find_question(question, fp) if (use_library and context is None) else None
-    verified = entry.answer if entry is not None else None
+    words = {"verified": bool(entry and entry.verified), "verified_by": entry.vouched_by if entry and entry.verified else None,
+             "stored_answer": entry.answer if entry is not None and not entry.verified else None}
+    verified = entry.answer if entry is not None and entry.verified else None
     checker = get_checker((entry.checker if entry is not None else None) or "numeric")
 
     if entry is not None and entry.graftable(fp):
@@ -79,14 +103,13 @@ def ask(
         with engine.session() as s:
             g = service.graft(s, entry)
             s.prefill(suffix)
-            receipt_match = None
-            if entry.receipt and entry.receipt.get("probe_tokens_sha256") == tokens_sha256(suffix):
-                receipt_match = logits_sha256(s.logits()) == entry.receipt.get("fresh_logits_sha256")
+            receipt_match = _compare_with_receipt(s, entry, suffix)
             gen = s.generate(GRAFT_ANSWER_TOKENS, stop=["\n"], on_token=on_token)
         answer = gen.text.strip()
         return AskResult(question, answer, verified, checker(answer, verified) if verified is not None else None,
                          "graft", entry.id, g.n_tokens, g.total_ms, len(suffix), len(gen.tokens),
-                         receipt_match is not False, receipt_match, (time.perf_counter() - t0) * 1e3, gen.stop_reason)
+                         receipt_match, receipt_match, (time.perf_counter() - t0) * 1e3, gen.stop_reason,
+                         proof=entry.proof, **words)
 
     if context is not None:
         prompt = model.tokenize(context) + model.tokenize("\n" + ask_suffix(question), add_bos=False)
@@ -97,11 +120,13 @@ def ask(
         checker = get_checker("final_number") if checker is get_checker("numeric") else checker
     # at least the prompt's last token is always decoded here, so logits exist to start from
     prefix = lib.longest_prefix(prompt[:-1], fp) if use_library and len(prompt) > 1 else None
+    receipt_match = None
     with engine.session() as s:
         if prefix is not None:
             g = service.graft(s, prefix)
             rest = prompt[prefix.n_tokens :]
             s.prefill(rest)
+            receipt_match = _compare_with_receipt(s, prefix, rest)
             source, restored, graft_ms, prefilled = "prefix", g.n_tokens, g.total_ms, len(rest)
         else:
             s.prefill(prompt)
@@ -110,4 +135,5 @@ def ask(
     answer = gen.text.strip()
     return AskResult(question, answer, verified, checker(answer, verified) if verified is not None else None,
                      source, prefix.id if source == "prefix" else None, restored, graft_ms, prefilled, len(gen.tokens),
-                     True if source == "prefix" else None, None, (time.perf_counter() - t0) * 1e3, gen.stop_reason)
+                     receipt_match, receipt_match, (time.perf_counter() - t0) * 1e3, gen.stop_reason,
+                     proof=prefix.proof if source == "prefix" else None, **words)

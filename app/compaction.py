@@ -23,7 +23,7 @@ from typing import Callable
 from engine.compaction import WindowSpec, canonicalize
 from engine.errors import SnapshotError
 from engine.state import parse_state
-from library.errors import BlobCorrupt, BlobMissing
+from library.errors import BlobCorrupt, BlobUnreadable, BlobMissing
 from library.index import Library, now
 
 from .gguf_check import NotAModel, inspect_gguf
@@ -69,7 +69,7 @@ def compact_blob(lib: Library, sha: str, size: int, window: WindowLookup) -> dic
     try:
         data = lib.blobs.read_verified(sha, size)
         parsed = parse_state(data)
-    except (BlobMissing, BlobCorrupt, SnapshotError) as exc:
+    except (BlobMissing, BlobCorrupt, BlobUnreadable, SnapshotError) as exc:
         return {"blob": sha, "skipped": f"unreadable, left for fsck to report: {exc}"}
     spec = WindowSpec.for_model(found[0], found[1], len(parsed.layout.caches))
     ranges = canonicalize(data, parsed, spec)

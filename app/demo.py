@@ -31,6 +31,8 @@ from .problems import DOCUMENT_PROBE, starter_problems, write_jsonl
 from .textgen import synthetic_text
 
 N_PROBLEMS = 24
+# The starter problems' answers are computed by their generator (app/problems.py), a program: it vouches for them.
+GENERATOR = "generator:starter-problems"
 FRESH_BUDGET = 96
 TIMING_WORDS = (760, 1520, 2280)  # about 1K, 2K and 3K tokens of synthetic text
 
@@ -47,7 +49,7 @@ def recurring_case(service: LibraryService, say: Callable[[str], None], budget: 
     write_jsonl(problems, jsonl)
     say(f"building the starter pack: {len(problems)} verified problems (solutions stored once; already stored ones are skipped)")
     t0 = time.perf_counter()
-    pack = build_pack(service, jsonl, out_dir / "starter.kvpack",
+    pack = build_pack(service, jsonl, out_dir / "starter.kvpack", vouched_by=GENERATOR,
                       progress=lambda st, d, n: say(f"  deposited {d}/{n}") if d % 6 == 0 or d == n else None)
     build_s = time.perf_counter() - t0
     rows = []
@@ -63,7 +65,7 @@ def recurring_case(service: LibraryService, say: Callable[[str], None], budget: 
             "graft_ok": bool(graft.answer_checked) and graft.source == "graft",
             "graft_decode_tokens": graft.tokens_decoded, "graft_prefill_tokens": graft.tokens_prefilled,
             "tokens_restored": graft.tokens_restored, "graft_ms": graft.graft_ms, "graft_s": graft.wall_ms / 1e3,
-            "exact": graft.receipt_match is True,
+            "exact": graft.receipt_match is True, "proof": graft.proof, "verified_by": graft.verified_by,
         })
     return {"problems_jsonl_sha256": _sha(jsonl.read_bytes()), "pack": pack, "build_s": build_s, "rows": rows,
             "fresh_budget": budget}

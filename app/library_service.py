@@ -11,14 +11,20 @@ from engine.engine import Engine
 from engine.errors import EngineError, FingerprintMismatch
 from engine.session import GraftResult, Session
 from library.index import Library
-from library.records import Entry, ModelRecord
+from library.records import LOCAL, Entry, ModelRecord
 from library.tokens import tokens_sha256
 from engine.compare import logits_sha256
 
 from .paths import data_dir
-from .problems import DOCUMENT_PROBE, ask_suffix, solution_text
+from .problems import solution_text
+from .replay import probe_text as replay_probe_text
+from .replay import schedule_of
 
 log = logging.getLogger(__name__)
+
+
+class UnprovenState(EngineError):
+    """An entry's state is not proven to be the state of its text (it is never grafted)."""
 
 
 def open_library() -> Library:
@@ -49,6 +55,10 @@ class LibraryService:
         self.engine = engine
         self.library = library
         self._graft_buf = bytearray(0)  # reused by every graft: no page faults for a fresh allocation
+        library.record_engine(engine.fingerprint, engine.fingerprint_info, engine.environment)
+        moved = library.relabel_fingerprint(engine.legacy_fingerprint, engine.fingerprint)
+        if moved:
+            log.info("relabelled %d entries from this engine's old-style fingerprint to its probe fingerprint", moved)
 
     def deposit(
         self,
@@ -59,12 +69,14 @@ class LibraryService:
         title: str | None = None,
         on_progress: Callable[[int, int], bool | None] | None = None,
         checker: str | None = None,
+        vouched_by: str | None = None,
     ) -> DepositResult:
         """Prefill `text`, snapshot it, and store blob + entry in one transaction.
 
         Depositing the same text (with the same question/answer) again returns the existing entry
         without computing anything. The entry's receipt records the logits SHA-256 after a probe
-        (for a solution: the question asked after a graft) fresh and grafted.
+        (for a solution: the question asked after a graft) fresh and grafted. `vouched_by` names who
+        vouched for `answer` (a checker, a generator, "you"); without it the answer is stated only.
         """
         if not text or not text.strip():
             raise EngineError("nothing to deposit: the text is empty")
@@ -74,9 +86,9 @@ class LibraryService:
         if len(tokens) > limit:
             raise EngineError(f"the text is {len(tokens):,} tokens; this context holds at most {limit:,} (raise --n-ctx)")
         same = self.library.find_same(tokens_sha256(tokens), self.engine.fingerprint, kind, question, answer)
-        if same is not None and same.damaged is None:
+        if same is not None and same.damaged is None and same.proven:
             return DepositResult(same, False, 0.0)
-        probe_text = ask_suffix(question) if kind == "solution" and question else DOCUMENT_PROBE
+        probe_text = replay_probe_text(kind, question)
         probe = self.engine.model.tokenize(probe_text, add_bos=False)
         with self.engine.session() as s:
             t0 = time.perf_counter()
@@ -97,15 +109,18 @@ class LibraryService:
             kind=kind, text=text, tokens=tokens, blob=snap.data, blob_sha256=snap.sha256,
             fingerprint=self.engine.fingerprint, model=model_record(self.engine),
             title=title or _title(text, question), question=question, answer=answer,
-            receipt=receipt, checker=checker, elided=snap.elided,
+            receipt=receipt, checker=checker, elided=snap.elided, proof=LOCAL, schedule=schedule_of(self.engine),
+            vouched_by=vouched_by if answer is not None else None,
         )
         return DepositResult(entry, created, prefill_s)
 
     def deposit_solution(self, question: str, solution: str, answer: str, checker: str = "numeric",
-                         on_progress=None) -> DepositResult:
-        """A verified solution, stored in the format a small model reliably copies (app/problems.py)."""
+                         on_progress=None, vouched_by: str | None = None) -> DepositResult:
+        """A solution stored in the format a small model reliably copies (app/problems.py); its answer
+        counts as verified only with `vouched_by`."""
         return self.deposit(solution_text(question, solution, answer), question=question, answer=answer,
-                            kind="solution", title=question, on_progress=on_progress, checker=checker)
+                            kind="solution", title=question, on_progress=on_progress, checker=checker,
+                            vouched_by=vouched_by)
 
     def graft(self, session: Session, entry: Entry) -> GraftResult:
         """Read the entry's blob (integrity-checked) and graft it into the empty `session`."""
@@ -113,6 +128,9 @@ class LibraryService:
             raise FingerprintMismatch(
                 f"entry #{entry.id} was made under another engine fingerprint; rebuild it from its text"
             )
+        if not entry.proven:  # never restore a state whose origin is unproven (docs/exact-graft.md)
+            raise UnprovenState(f"entry #{entry.id} is unproven: its state is not known to be the state of its text; "
+                                "run kvgraft verify --library --replay to prove it")
         t0 = time.perf_counter()
         if len(self._graft_buf) < entry.blob_size:
             self._graft_buf = bytearray(entry.blob_size + entry.blob_size // 4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from library.index import Library
+from library.index import GRAFTABLE, Library
 
 from .paths import data_dir
 
@@ -19,6 +19,9 @@ class Row:
     source: str
     graftable: bool
     damaged: str | None
+    proof: str = "unproven"
+    verified_by: str | None = None
+    stated: bool = False  # an answer is stored, but nobody vouched for it
 
 
 class LibraryView:
@@ -32,10 +35,12 @@ class LibraryView:
 
     def rows(self, fingerprint: str | None, query: str | None = None, limit: int = 100_000) -> list[Row]:
         fp = fingerprint or ""
-        base = ("SELECT e.id, e.kind, coalesce(e.title, e.question, ''), e.n_tokens, e.answer IS NOT NULL, "
+        base = ("SELECT e.id, e.kind, coalesce(e.title, e.question, ''), e.n_tokens, "
+                "e.answer IS NOT NULL AND e.vouched_by IS NOT NULL, "
                 "CASE WHEN e.pack_id IS NULL THEN e.source ELSE coalesce(p.file_name, e.pack_id) || "
                 "CASE WHEN p.signer IS NULL THEN ' (unsigned)' ELSE ' (signed ' || p.signer || ')' END END, "
-                "e.fingerprint = ? AND e.damaged IS NULL, e.damaged FROM entries e LEFT JOIN packs p ON p.id = e.pack_id")
+                f"e.fingerprint = ? AND {GRAFTABLE}, e.damaged, e.proof, e.vouched_by, "
+                "e.answer IS NOT NULL AND e.vouched_by IS NULL FROM entries e LEFT JOIN packs p ON p.id = e.pack_id")
         if query and query.strip():
             # at most 10,000 search hits: few enough for one IN (...) list on any SQLite build
             ids = [e.id for e in self.library.search(query, limit=min(limit, 10_000))]
@@ -46,7 +51,8 @@ class LibraryView:
             rows.sort(key=lambda r: order[r[0]])
         else:
             rows = self.library.db.execute(base + " ORDER BY e.id LIMIT ?", [fp, limit]).fetchall()
-        return [Row(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]), r[7]) for r in rows]
+        return [Row(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]), r[7], r[8] or "unproven", r[9], bool(r[10]))
+                for r in rows]
 
     def stats(self, n_ctx: int) -> dict:
         return self.library.stats(n_ctx=n_ctx)

@@ -10,6 +10,7 @@ library/importer.py commits it in one transaction.
 from __future__ import annotations
 
 import datetime
+from collections import Counter
 import hashlib
 import os
 import logging
@@ -21,9 +22,9 @@ from engine.compaction import canonicalize, is_canonical
 from engine.state import parse_state
 from library import container
 from library.errors import StorageFull
-from library.importer import commit_pack
+from library.importer import EntryProof, commit_pack
 from library.pack import FORMAT_VERSION, PackError, PackReader, pack_sha256, write_pack
-from library.records import Entry
+from library.records import REPLAYED, UNPROVEN, Entry, signed_proof
 from library.signing import TrustStore, public_identity
 from library.tokens import tokens_sha256
 
@@ -32,6 +33,8 @@ from .checker import get_checker
 from .library_service import LibraryService, model_record
 from .paths import data_dir
 from .problems import read_jsonl
+from .replay import replay as run_replay
+from .replay import schedule_of
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,14 @@ def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: 
     damaged = [e.id for e in entries if e.damaged]
     if damaged:
         raise PackError(f"entries {damaged} are damaged; repair or rebuild them before exporting")
+    unproven = [e.id for e in entries if not e.proven]
+    if unproven:
+        raise PackError(f"entries {unproven} are unproven here (their states were never replayed or vouched for); "
+                        "run kvgraft verify --library --replay first, or leave them out")
+    engine_info = lib.engine_info(entries[0].fingerprint)
+    if engine_info is None:
+        raise PackError("the engine these entries were made under is not recorded in this library (made by an older "
+                        "kvgraft?); run kvgraft verify --library --replay to record it, then export")
     shas = sorted({e.blob_sha256 for e in entries})
     old = [sha for sha in shas if (lib.db.execute("SELECT canonical FROM blobs WHERE sha256 = ?", [sha]).fetchone() or [None])[0] != 1]
     if old:
@@ -77,11 +88,14 @@ def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: 
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "model": {"sha256": model_row["sha256"], "name": model_row["name"], "architecture": model_row["architecture"]},
         "fingerprint": entries[0].fingerprint,
+        "engine": engine_info["info"],
+        "environment": engine_info["environment"],
         "entries": [
             {"blob_sha256": e.blob_sha256, "blob_size": e.blob_size, "blob_stored_size": _member_size(lib, e.blob_sha256),
              "kind": e.kind, "title": e.title,
              "question": e.question, "text": e.text, "answer": e.answer, "n_tokens": e.n_tokens,
-             "tokens_sha256": e.tokens_sha256, "checker": e.checker, "receipt": e.receipt}
+             "tokens_sha256": e.tokens_sha256, "checker": e.checker, "receipt": e.receipt,
+             "proof": e.proof, "verified_by": e.vouched_by, "schedule": e.schedule}
             for e in entries
         ],
     }
@@ -131,20 +145,43 @@ def _stored_checked(lib, e: Entry, declared: int) -> bytes:
     return data
 
 
-def validate_pack(service: LibraryService, reader: PackReader, progress: Progress = _noop) -> list[list[int]]:
-    """Everything but the commit: model, fingerprint, tokens, blob hashes and layouts. Returns tokens."""
-    engine = service.engine
+def check_compatible(engine, reader: PackReader) -> bool:
+    """Refuse a pack for another model, or a format 3 pack whose fingerprint (config and probe hashes)
+    differs from this engine's. Returns whether the pack declares this engine's bits (format 3, equal
+    fingerprint); format 1 and 2 packs carry an old-style fingerprint that only a replay can settle."""
     m = reader.manifest
     if m.model_sha256 != engine.model.info.sha256:
         raise PackError(
             f"the pack was made for model {m.model_name} (sha256 {m.model_sha256[:12]}...), the loaded model is "
             f"{engine.model.info.name} ({engine.model.info.sha256[:12]}...); load that model, or import with --rebuild"
         )
+    if m.format_version < 3:
+        return False
     if m.fingerprint != engine.fingerprint:
         raise PackError(
             f"the pack was made under engine fingerprint {m.fingerprint[:12]}..., this engine is {engine.fingerprint[:12]}... "
-            "(another llama.cpp build, backend, KV type or flash-attention setting); import with --rebuild to rebuild its blobs here"
+            f"({fingerprint_difference(m.raw.get('engine'), engine.fingerprint_info)}); "
+            "import with --rebuild to rebuild its blobs here"
         )
+    return True
+
+
+def fingerprint_difference(theirs, ours: dict) -> str:
+    """In words: which bit-deciding fields or probe hashes differ."""
+    if not isinstance(theirs, dict):
+        return "the pack does not say what made it"
+    keys = sorted(k for k in set(theirs) | set(ours) if k != "probe" and theirs.get(k) != ours.get(k))
+    parts = [f"{k} {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in keys]
+    if theirs.get("probe") != ours.get("probe"):
+        parts.append("the probe hashes differ (another llama.cpp build or CPU/GPU arithmetic: other bits)")
+    return "; ".join(parts) or "an unknown difference"
+
+
+def validate_pack(service: LibraryService, reader: PackReader, progress: Progress = _noop) -> tuple[list[list[int]], dict]:
+    """Everything but the proof and the commit: tokens, blob hashes and layouts. Returns the tokens of
+    each entry and the content address (canonical SHA-256) of each blob, by its name in the pack."""
+    engine = service.engine
+    m = reader.manifest
     tokens = []
     for i, e in enumerate(m.entries):
         t = engine.model.tokenize(e.text)
@@ -165,6 +202,7 @@ def validate_pack(service: LibraryService, reader: PackReader, progress: Progres
     for e in m.entries:
         n_by_blob.setdefault(e.blob_sha256, set()).add(e.n_tokens)
     shas = reader.blob_shas()
+    address = {}
     for k, sha in enumerate(shas):
         data = reader.read_blob(sha)  # checks size and SHA-256
         try:
@@ -175,8 +213,14 @@ def validate_pack(service: LibraryService, reader: PackReader, progress: Progres
             raise PackError(f"blob {sha[:16]}... holds {parsed.n_tokens} tokens, its entries declare {sorted(n_by_blob[sha])}")
         if reader.compact and not is_canonical(data, parsed, engine.window):
             raise PackError(f"blob {sha[:16]}... is not in canonical form for this model (its dead window cells are not zero)")
+        if reader.compact:
+            address[sha] = sha
+        else:  # format 1: the name is of llama.cpp's bytes; the address is of their canonical form
+            buf = bytearray(data)
+            canonicalize(buf, parsed, engine.window)
+            address[sha] = hashlib.sha256(buf).hexdigest()
         progress("blobs", k + 1, len(shas))
-    return tokens
+    return tokens, address
 
 
 def check_signature_policy(reader: PackReader, require_signed: bool, trust: TrustStore) -> str | None:
@@ -191,24 +235,103 @@ def check_signature_policy(reader: PackReader, require_signed: bool, trust: Trus
     return signer.key_id if signer else None
 
 
+def trusted_name(reader: PackReader, trust: TrustStore) -> str | None:
+    """The name of the trusted key that signed this pack (its key id if unnamed), or None."""
+    if reader.signer is None or not trust.trusts(reader.signer):
+        return None
+    return trust.name_of(reader.signer.key_id) or reader.signer.key_id
+
+
 def import_pack(service: LibraryService, path: Path, rebuild: bool = False, progress: Progress = _noop,
-                require_signed: bool = False) -> dict:
-    """Import one pack: all of it or nothing. Raises PackError with the reason when refused."""
+                require_signed: bool = False, replay: bool = True) -> dict:
+    """Import one pack: all of it or nothing. Raises PackError with the reason when refused.
+
+    Proof of origin (docs/exact-graft.md): a format 3 pack signed by a trusted key and made under this
+    engine's fingerprint is taken as the signer vouches ("signed:<key name>"). Every other entry is
+    replayed here before anything is written (one prefill per entry, `replay=True`): a replay that
+    does not reproduce the blob's address refuses the whole pack, naming the entry. With
+    `replay=False` such entries are imported "unproven": listed, never grafted, until
+    `kvgraft verify --library --replay` proves them.
+    """
     path = Path(path)
     with PackReader(path) as reader:
-        signer = check_signature_policy(reader, require_signed, trust_store(service.library.root))
+        trust = trust_store(service.library.root)
+        signer = check_signature_policy(reader, require_signed, trust)
         m = reader.manifest
         engine = service.engine
-        if rebuild and (m.fingerprint != engine.fingerprint or m.model_sha256 != engine.model.info.sha256):
+        if rebuild and not (m.format_version >= 3 and m.fingerprint == engine.fingerprint
+                            and m.model_sha256 == engine.model.info.sha256):
             return _rebuild(service, reader, progress)
-        tokens = validate_pack(service, reader, progress)
-        need = sum(reader.members[f"blobs/{s}"].file_size for s in reader.blob_shas() if not service.library.blobs.exists(s))
+        same_bits = check_compatible(engine, reader)
+        tokens, address = validate_pack(service, reader, progress)
+        signer_name = trusted_name(reader, trust)
+        proofs = _prove(service, reader, tokens, address, signer_name if same_bits else None, replay, progress)
+        need = sum(reader.members[f"blobs/{s}"].file_size for s in reader.blob_shas() if not service.library.blobs.exists(address[s]))
         free = shutil.disk_usage(service.library.root).free
         if need > free:
             raise StorageFull(f"the pack needs {need / 1e6:,.0f} MB and the disk has {free / 1e6:,.0f} MB free")
         res = commit_pack(service.library, reader, tokens, pack_sha256(path), model_record(engine), signer=signer,
-                          on_progress=lambda d, t: progress("copy", d, t), canonicalize=_canonicalizer(engine))
-    return {"file": str(path), "imported": res["imported"], "skipped": res["skipped"], "rebuilt": 0, "signed_by": signer}
+                          on_progress=lambda d, t: progress("copy", d, t), canonicalize=_canonicalizer(engine),
+                          proofs=proofs)
+    replayed = [p for p in proofs if p.replay_s is not None]
+    return {"file": str(path), "imported": res["imported"], "skipped": res["skipped"], "rebuilt": 0, "signed_by": signer,
+            "signer_trusted": signer_name is not None, "proof": dict(Counter(p.proof for p in proofs)),
+            "replayed": len(replayed), "replay_tokens": sum(p.replay_tokens for p in replayed),
+            "replay_s": round(sum(p.replay_s for p in replayed), 3)}
+
+
+def _prove(service: LibraryService, reader: PackReader, tokens: list[list[int]], address: dict, signer_name: str | None,
+           replay: bool, progress: Progress) -> list[EntryProof]:
+    """How each entry's state is known to be the state of its text, replaying where needed."""
+    engine, lib, m = service.engine, service.library, reader.manifest
+    out: list[EntryProof | None] = [None] * len(m.entries)
+    todo = []
+    for i, e in enumerate(m.entries):
+        schedule = _schedule(m.raw["entries"][i].get("schedule"))
+        if signer_name is not None:  # a trusted signer vouches for the states (and answers) it signed
+            out[i] = EntryProof(signed_proof(signer_name), engine.fingerprint, e.receipt, f"signer:{signer_name}", schedule)
+            continue
+        here = lib.find_same(e.tokens_sha256, engine.fingerprint, e.kind, e.question, e.answer)
+        if here is not None and here.proven and here.damaged is None:  # already here and proven: nothing to replay
+            out[i] = EntryProof(here.proof, engine.fingerprint, here.receipt, here.vouched_by, here.schedule)
+        elif replay:
+            todo.append(i)
+        else:
+            out[i] = EntryProof(UNPROVEN, m.fingerprint, e.receipt, None, schedule)
+    total_tokens = sum(len(tokens[i]) for i in todo)
+    done_tokens, spent = 0, 0.0
+    for k, i in enumerate(todo):
+        e = m.entries[i]
+        eta = f", about {spent / done_tokens * (total_tokens - done_tokens):.0f} s left" if done_tokens else ""
+        progress(f"checking (replay{eta})", k, len(todo))
+        schedule = _schedule(m.raw["entries"][i].get("schedule"))
+        r = run_replay(engine, tokens[i], e.kind, e.question, schedule)
+        if r.sha256 != address[e.blob_sha256]:
+            raise PackError(
+                f"entry {i} ({_label(e)}): its blob is not the state of its text: a replay here gives "
+                f"{r.sha256[:16]}..., the pack's blob is {address[e.blob_sha256][:16]}...; nothing was imported")
+        out[i] = EntryProof(REPLAYED, engine.fingerprint, r.receipt, None, schedule or schedule_of(engine),
+                            replay_s=r.seconds, replay_tokens=len(tokens[i]))
+        done_tokens += len(tokens[i])
+        spent += r.seconds
+    if todo:
+        progress("checking (replay)", len(todo), len(todo))
+    return out
+
+
+def _schedule(raw) -> dict | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not all(isinstance(raw.get(k), int) and not isinstance(raw.get(k), bool) and raw[k] >= 1
+                                            for k in ("n_batch", "n_ubatch")) or raw["n_ubatch"] > raw["n_batch"]:
+        raise PackError(f"manifest: an entry's schedule {str(raw)[:80]!r} is not {{n_batch, n_ubatch}} positive integers")
+    if raw["n_batch"] > 1 << 16:
+        raise PackError(f"manifest: an entry's schedule has n_batch {raw['n_batch']:,}, more than kvgraft replays")
+    return {"prefill": "chunks", "n_batch": raw["n_batch"], "n_ubatch": raw["n_ubatch"]}
+
+
+def _label(e) -> str:
+    return repr((e.title or e.question or e.text.strip().splitlines()[0] if e.text.strip() else "")[:60])
 
 
 def _canonicalizer(engine):
@@ -238,8 +361,12 @@ def _rebuild(service: LibraryService, reader: PackReader, progress: Progress) ->
             "signed_by": reader.signer.key_id if reader.signer else None}
 
 
-def build_pack(service: LibraryService, jsonl: Path, out: Path, progress: Progress = _noop) -> dict:
-    """Deposit each {question, solution, answer} of a JSONL source pack and export exactly those entries."""
+def build_pack(service: LibraryService, jsonl: Path, out: Path, progress: Progress = _noop,
+               vouched_by: str | None = None) -> dict:
+    """Deposit each {question, solution, answer} of a JSONL source pack and export exactly those entries.
+
+    A JSONL's answers are stated by its author: nothing here checks them, so they are stored as
+    stated unless the caller vouches for them (`vouched_by`: the demo's generator computed its own)."""
     try:
         problems = read_jsonl(jsonl)
     except (OSError, ValueError) as exc:
@@ -250,7 +377,7 @@ def build_pack(service: LibraryService, jsonl: Path, out: Path, progress: Progre
             get_checker(p.checker)
         except ValueError as exc:
             raise PackError(f"{jsonl}: problem {p.id}: {exc}") from exc
-        res = service.deposit_solution(p.question, p.solution, p.answer, checker=p.checker)
+        res = service.deposit_solution(p.question, p.solution, p.answer, checker=p.checker, vouched_by=vouched_by)
         entries.append(res.entry)
         progress("deposit", i + 1, len(problems))
     return export_pack(service, entries, out)

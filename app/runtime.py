@@ -10,8 +10,12 @@ from typing import Callable
 from engine.config import EngineConfig, physical_cores
 from engine.engine import Engine
 from engine.errors import ModelLoadError
+from engine.probe import ProbeCache
 
 from .model_store import ModelStoreError, embedded_model_path, model_sha256
+from .paths import model_dir
+
+PROBE_CACHE = "probe-cache.json"  # in the model cache, beside the model SHA-256 cache
 
 log = logging.getLogger(__name__)
 
@@ -57,4 +61,9 @@ def open_engine(settings: Settings, on_progress: Callable[[str], None] | None = 
         sha = model_sha256(path)
     except ModelStoreError as exc:
         raise ModelLoadError(str(exc)) from exc
-    return Engine.load(engine_config(settings, path), sha)
+    return Engine.load(engine_config(settings, path), sha, probe_cache())
+
+
+def probe_cache() -> ProbeCache:
+    """Probe hashes (engine/probe.py) per model, build, config and device, in the model cache."""
+    return ProbeCache(model_dir() / PROBE_CACHE)

@@ -44,7 +44,7 @@ def solve(service: LibraryService, problems: list[Problem], budget: int = 256, r
                "prefill_tokens_saved": r.tokens_restored, "exact": r.exact, "deposited": None}
         if r.source != "graft" and checked and deposit:
             # the model's own worked answer, confirmed by the checker, becomes verified knowledge
-            dep = service.deposit_solution(p.question, r.answer, p.answer, checker=p.checker)
+            dep = service.deposit_solution(p.question, r.answer, p.answer, checker=p.checker, vouched_by=f"checker:{p.checker}")
             row["deposited"] = dep.entry.id
         if related and r.source != "graft":
             row["related"] = _with_related(service, p, budget)

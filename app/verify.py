@@ -27,14 +27,15 @@ from typing import Callable
 from engine.compare import compare_logits
 from engine.session import Snapshot
 from library.pack import PackReader, pack_sha256
-from library.records import Entry
+from library.records import REPLAYED, UNPROVEN, Entry, signed_proof
 from library.tokens import tokens_sha256
 
 from . import __version__
 from .ask import GRAFT_ANSWER_TOKENS
 from .checker import get_checker
 from .library_service import LibraryService
-from .problems import DOCUMENT_PROBE, ask_suffix
+from .problems import ask_suffix
+from .replay import engine_for, probe_text
 
 RECEIPTS_VERSION = 2
 
@@ -56,6 +57,11 @@ class Item:
     load_blob: Callable[[], bytes]
     canonical: bool = True  # False: the blob's address is of the bytes as llama.cpp wrote them
     aliases: tuple[str, ...] = ()  # addresses this blob had before compaction
+    proof: str = UNPROVEN  # how the state is known (library/records.py); only a proven state is grafted
+    model_sha256: str | None = None
+    schedule: dict | None = None  # the decode schedule the state was made with (app/replay.py)
+    vouched_by: str | None = None
+    entry_id: int | None = None  # a library entry: a replay that proves it records the proof
 
 
 def library_items(service: LibraryService, entries: list[Entry]) -> list[Item]:
@@ -67,20 +73,26 @@ def library_items(service: LibraryService, entries: list[Entry]) -> list[Item]:
         return (row is None or row[0] == 1), aliases
 
     return [Item(f"library#{e.id}", e.kind, e.text, e.question, e.answer, e.checker, e.n_tokens, e.tokens_sha256,
-                 e.blob_sha256, e.fingerprint, lambda e=e: bytes(lib.read_blob(e)), *facts(e.blob_sha256)) for e in entries]
+                 e.blob_sha256, e.fingerprint, lambda e=e: bytes(lib.read_blob(e)), *facts(e.blob_sha256),
+                 proof=e.proof, model_sha256=e.model_sha256, schedule=e.schedule, vouched_by=e.vouched_by, entry_id=e.id)
+            for e in entries]
 
 
-def pack_items(reader: PackReader, pack_sha: str) -> list[Item]:
+def pack_items(reader: PackReader, pack_sha: str, trusted_signer: str | None = None) -> list[Item]:
+    """A pack's entries; proven only when `trusted_signer` (the name of a trusted key that signed a
+    format 3 pack) vouches for them, else a replay has to prove them."""
     m = reader.manifest
+    proof = signed_proof(trusted_signer) if trusted_signer and m.format_version >= 3 else UNPROVEN
     return [Item(f"pack:{pack_sha[:16]}#{i}", e.kind, e.text, e.question, e.answer, e.checker, e.n_tokens,
-                 e.tokens_sha256, e.blob_sha256, m.fingerprint, lambda s=e.blob_sha256: reader.read_blob(s), reader.compact)
+                 e.tokens_sha256, e.blob_sha256, m.fingerprint, lambda s=e.blob_sha256: reader.read_blob(s), reader.compact,
+                 proof=proof, model_sha256=m.model_sha256, schedule=m.raw["entries"][i].get("schedule"),
+                 vouched_by=f"signer:{trusted_signer}" if proof != UNPROVEN and e.answer is not None else None)
             for i, e in enumerate(m.entries)]
 
 
 def _probes(item: Item, model, samples: int) -> list[list[int]]:
     """Probe continuations: the entry's own question (or the document probe), then slices of its text."""
-    first = ask_suffix(item.question) if item.kind == "solution" and item.question else DOCUMENT_PROBE
-    probes = [model.tokenize(first, add_bos=False)]
+    probes = [model.tokenize(probe_text(item.kind, item.question), add_bos=False)]
     words = item.text.split()
     for k in range(1, samples):
         start = (k * 7919) % max(1, len(words))
@@ -92,7 +104,7 @@ def _probes(item: Item, model, samples: int) -> list[list[int]]:
 def verify_item(service: LibraryService, item: Item, replay: bool, samples: int) -> dict:
     engine = service.engine
     model = engine.model
-    checks: dict = {}
+    checks: dict = {"proof": item.proof}
     failures: list[str] = []
     try:
         data = item.load_blob()
@@ -104,30 +116,36 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
         data = None
     if not checks["blob_ok"]:
         failures.append("blob")
-    graftable = data is not None and checks["blob_ok"] and item.fingerprint == engine.fingerprint
-    if data is not None and item.fingerprint != engine.fingerprint:
-        checks["graftable"] = False
-        failures.append("fingerprint")
+    if item.model_sha256 is not None and item.model_sha256 != model.info.sha256:
+        checks["model_ok"] = False
+        failures.append("model")
     tokens = model.tokenize(item.text)
     checks["tokens_ok"] = len(tokens) == item.n_tokens and tokens_sha256(tokens) == item.tokens_sha256
     if not checks["tokens_ok"]:
         failures.append("tokens")
-    snap = Snapshot(data, tuple(tokens), engine.fingerprint, item.blob_sha256) if graftable and checks["tokens_ok"] else None
+    usable = data is not None and not failures
+    same_fp = item.fingerprint == engine.fingerprint
+    # a state is grafted here only when its origin is proven for this engine: by its proof, or by the replay below
+    proven = usable and same_fp and item.proof != UNPROVEN
+    snap = Snapshot(data, tuple(tokens), engine.fingerprint, item.blob_sha256) if usable else None
 
     if replay and snap is not None:
+        eng = engine_for(engine, item.schedule)
         probes = _probes(item, model, samples)
         records = []
         for k, probe in enumerate(probes):
-            with engine.session() as fresh:
+            with eng.session() as fresh:
                 fresh.prefill(tokens)
                 if k == 0:
                     raw = fresh.snapshot(canonical=False).sha256
                     checks["replay_raw_sha256"] = raw
                     checks["replay_blob_sha256"] = fresh.snapshot().sha256 if item.canonical else raw
                     checks["replay_ok"] = checks["replay_blob_sha256"] == item.blob_sha256
+                    if not checks["replay_ok"]:
+                        break  # not the state of its text: never grafted
                 fresh.prefill(probe)
                 want = fresh.logits()
-            with engine.session() as g:
+            with eng.session() as g:
                 g.graft(snap, bytes_verified=True)
                 g.prefill(probe)
                 cmp = compare_logits(want, g.logits())
@@ -137,10 +155,16 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
         checks["probes"] = records
         if not checks["replay_ok"]:
             failures.append("replay")
-        if not all(r["equal"] for r in records):
+        elif not all(r["equal"] for r in records):
             failures.append("probes")
+        else:
+            proven = True
+            checks["proven_by_replay"] = item.proof == UNPROVEN or not same_fp
+    elif not same_fp and snap is not None:
+        checks["graftable"] = False
+        failures.append("fingerprint")  # not shown to make this engine's bits: --replay can show it
 
-    if item.kind == "solution" and item.question and item.answer is not None and snap is not None:
+    if item.kind == "solution" and item.question and item.answer is not None and snap is not None and proven:
         suffix = model.tokenize(ask_suffix(item.question), add_bos=False)
         with engine.session() as s:
             s.graft(snap, bytes_verified=True)
@@ -148,20 +172,40 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
             gen = s.generate(GRAFT_ANSWER_TOKENS, stop=["\n"])
         decoded = gen.text.strip()
         ok = get_checker(item.checker or "numeric")(decoded, item.answer)
-        checks["answer"] = {"decoded": decoded, "expected": item.answer, "ok": ok, "decode_tokens": len(gen.tokens)}
+        checks["answer"] = {"decoded": decoded, "expected": item.answer, "ok": ok, "decode_tokens": len(gen.tokens),
+                            "verified_by": item.vouched_by}
         if not ok:
             failures.append("answer")
+    checks["proven"] = bool(proven)
     return {"ref": item.ref, "blob_sha256": item.blob_sha256, "blob_aliases": list(item.aliases),
             "blob_canonical": item.canonical, "tokens_sha256": item.tokens_sha256,
             "text_sha256": hashlib.sha256(item.text.encode("utf-8")).hexdigest(), "checks": checks,
             "failures": failures, "ok": not failures}
 
 
+def record_proof(service: LibraryService, item: Item, result: dict) -> bool:
+    """A library entry that a replay just proved (it was unproven, or under an old-style fingerprint):
+    record proof "replayed" and the receipt computed here. Returns whether it did."""
+    c = result["checks"]
+    if item.entry_id is None or not result["ok"] or not c.get("proven_by_replay"):
+        return False
+    first = c["probes"][0]
+    probe = _probes(item, service.engine.model, 1)[0]
+    receipt = {"probe": probe_text(item.kind, item.question), "probe_tokens_sha256": tokens_sha256(probe),
+               "fresh_logits_sha256": first["fresh_logits_sha256"], "graft_logits_sha256": first["graft_logits_sha256"],
+               "equal": first["equal"], "computed": "verify --replay"}
+    service.library.set_proof(item.entry_id, REPLAYED, service.engine.fingerprint, receipt)
+    return True
+
+
 def run_verify(service: LibraryService, items: list[Item], inputs: list[dict], replay: bool, samples: int,
                progress: Callable[[str, int, int], None] = lambda *a: None) -> dict:
-    results = []
+    results, proven = [], []
     for i, item in enumerate(items):
-        results.append(verify_item(service, item, replay, samples))
+        res = verify_item(service, item, replay, samples)
+        if record_proof(service, item, res):
+            proven.append(item.ref)
+        results.append(res)
         progress("verify", i + 1, len(items))
     failures = [{"entry": r["ref"], "check": f} for r in results for f in r["failures"]]
     return {
@@ -171,11 +215,14 @@ def run_verify(service: LibraryService, items: list[Item], inputs: list[dict], r
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "fingerprint": service.engine.fingerprint,
         "fingerprint_info": service.engine.fingerprint_info,
+        "environment": service.engine.environment,
         "inputs": inputs,
         "options": {"replay": replay, "samples": samples},
         "ok": not failures,
         "entries": len(results),
         "failures": failures,
+        "proven_by_replay": proven,  # library entries this run proved (now graftable)
+        "unproven": sum(not r["checks"]["proven"] for r in results),
         "results": results,
     }
 

@@ -9,23 +9,40 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import platform
 from functools import cached_property
 
 from .bindings import package_version, supports_gpu_offload, system_info
 from .config import KV_TYPES, EngineConfig
 from .errors import ConfigError, EngineError
 from .model import USE_EXTRA_BUFTS, Model
+from .probe import PROBE_VERSION, ProbeCache, cache_key, probe_schedule, run_probe
 from .session import Session
 from .compaction import WindowSpec
 from .state import StateLayout, parse_state
 
 log = logging.getLogger(__name__)
 
-FINGERPRINT_VERSION = 1
+FINGERPRINT_VERSION = 2
+
+
+def _sha_json(obj: dict) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
 
 
 class Engine:
-    def __init__(self, model: Model, config: EngineConfig) -> None:
+    def __init__(self, model: Model, config: EngineConfig, probe_cache: ProbeCache | None = None) -> None:
         if str(config.model_path.resolve()) != model.info.path:
             raise ConfigError(f"config names model {config.model_path}, the loaded model is {model.info.path}")
         if config.n_gpu_layers != model.info.n_gpu_layers:
@@ -36,16 +53,17 @@ class Engine:
         self.config = config
         self.kv_type_ids = (KV_TYPES[config.type_k], KV_TYPES[config.type_v])
         self._layout: StateLayout | None = None
+        self.probe_cache = probe_cache
 
     @classmethod
-    def load(cls, config: EngineConfig, model_sha256: str) -> "Engine":
-        return cls(Model(config.model_path, model_sha256, config.n_gpu_layers), config)
+    def load(cls, config: EngineConfig, model_sha256: str, probe_cache: ProbeCache | None = None) -> "Engine":
+        return cls(Model(config.model_path, model_sha256, config.n_gpu_layers), config, probe_cache)
 
     def with_config(self, config: EngineConfig) -> "Engine":
         """An Engine for `config`, sharing this one's loaded model when the model-level fields match."""
         if config.model_level != self.config.model_level:
             raise ConfigError("model path or GPU layers changed: load a new Engine")
-        return Engine(self.model, config)
+        return Engine(self.model, config, self.probe_cache)
 
     def session(self) -> Session:
         """A fresh, empty context. The calling thread owns it (see engine/session.py)."""
@@ -56,15 +74,11 @@ class Engine:
     def backend(self) -> str:
         return "GPU" if supports_gpu_offload() else "CPU"
 
-    @cached_property
-    def fingerprint_info(self) -> dict:
-        """Everything that decides the bits of a snapshot and of the logits after it."""
-        info = {
-            "fingerprint_version": FINGERPRINT_VERSION,
+    def _config_bits(self) -> dict:
+        """The settings that decide the bits (compared between engines)."""
+        bits = {
             "model_sha256": self.model.info.sha256,
             "architecture": self.model.info.architecture,
-            "llama_cpp_python": package_version(),
-            "system_info": system_info(),
             "backend": self.backend,
             "n_gpu_layers": self.config.n_gpu_layers,
             "extra_buffer_types": USE_EXTRA_BUFTS,
@@ -75,14 +89,48 @@ class Engine:
         }
         if self.backend != "CPU":
             # GPU kernels are not known to be batch-invariant: the batch shape is part of the bits there.
-            info["n_batch"] = self.config.n_batch
-            info["n_ubatch"] = self.config.n_ubatch
-        return info
+            bits["n_batch"] = self.config.n_batch
+            bits["n_ubatch"] = self.config.n_ubatch
+        return bits
+
+    @cached_property
+    def environment(self) -> dict:
+        """Descriptive facts about this machine and build: recorded for diagnosis, never compared."""
+        return {"llama_cpp_python": package_version(), "system_info": system_info(), "cpu": cpu_model(),
+                "machine": platform.machine(), "python": platform.python_version()}
+
+    @cached_property
+    def probe(self) -> dict:
+        """The probe hashes of this engine (engine/probe.py), from the cache when it has them."""
+        material = {"probe_version": PROBE_VERSION, **self._config_bits(), **self.environment,
+                    "schedule": list(probe_schedule(self))}
+        key = cache_key(material)
+        hit = self.probe_cache.get(key) if self.probe_cache is not None else None
+        if hit is not None:
+            return hit
+        result = run_probe(self)
+        log.info("probe computed: %s", ", ".join(c["logits_sha256"][:12] for c in result["cases"]))
+        if self.probe_cache is not None:
+            self.probe_cache.put(key, result)
+        return result
+
+    @cached_property
+    def fingerprint_info(self) -> dict:
+        """What decides the bits of a snapshot and of the logits after it: the bit-deciding config and
+        the probe hashes. Two engines with equal fingerprints make equal bits on the probe prompts."""
+        return {"fingerprint_version": FINGERPRINT_VERSION, **self._config_bits(), "probe": self.probe}
 
     @cached_property
     def fingerprint(self) -> str:
-        canonical = json.dumps(self.fingerprint_info, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        return _sha_json(self.fingerprint_info)
+
+    @cached_property
+    def legacy_fingerprint(self) -> str:
+        """The fingerprint of kvgraft before the probe (version 1: it hashed the CPU feature string).
+        Library entries made under it on this machine are relabelled to `fingerprint`."""
+        info = {"fingerprint_version": 1, **{k: v for k, v in self._config_bits().items()},
+                "llama_cpp_python": package_version(), "system_info": system_info()}
+        return _sha_json(info)
 
     # -- state layout --------------------------------------------------------------------------
     @property

@@ -286,12 +286,17 @@ class Session:
         Canonical by default: dead sliding-window cells zeroed (engine/compaction.py), which a
         graft reproduces bit for bit. `canonical=False` keeps llama.cpp's bytes as written (the
         content address blobs had before compaction)."""
+        data, elided = self.canonical_state(canonical)
+        return Snapshot.of(data, self.tokens, self.engine.fingerprint, elided)
+
+    def canonical_state(self, canonical: bool = True):
+        """(whole-state bytes, elided zero ranges) of what this context holds, checked against its
+        layout; canonical unless `canonical=False` (then the ranges are None)."""
         data = self._state_buffer()
         parsed = parse_state(data, self.engine.layout, max_cells=self.n_ctx)
         if parsed.n_tokens != len(self.tokens):
             raise EngineError(f"snapshot holds {parsed.n_tokens} cells for {len(self.tokens)} tokens")
-        elided = canonicalize(data, parsed, self.engine.window) if canonical else None
-        return Snapshot.of(data, self.tokens, self.engine.fingerprint, elided)
+        return data, (canonicalize(data, parsed, self.engine.window) if canonical else None)
 
     def graft(self, snapshot: Snapshot, bytes_verified: bool = False) -> GraftResult:
         """Restore `snapshot` into this (empty) context at its own positions, byte-exactly.

@@ -19,15 +19,29 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .errors import LibraryError
 from .index import Library, now
 from .normalize import question_key
 from .pack import PackReader
-from .records import ModelRecord
+from .records import UNPROVEN, ModelRecord
 from .schema import insert_prefix_keys
 from .tokens import pack_tokens, tokens_sha256
+
+
+@dataclass(frozen=True)
+class EntryProof:
+    """How one pack entry's state is known (the caller found it out: replay, trusted signature)."""
+
+    proof: str  # local / replayed / signed:<key name> / unproven
+    fingerprint: str  # the engine it is proven for (the pack's own for an unproven entry)
+    receipt: dict | None
+    vouched_by: str | None  # who vouched for the answer, None: stated
+    schedule: dict | None
+    replay_s: float | None = None
+    replay_tokens: int = 0
 
 
 def commit_pack(
@@ -39,10 +53,15 @@ def commit_pack(
     signer: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     canonicalize: Callable[[bytearray], object] | None = None,
+    proofs: Sequence[EntryProof] | None = None,
 ) -> dict:
     entries = reader.manifest.entries
     if len(tokens) != len(entries):
         raise LibraryError("one token list per pack entry is needed")
+    if proofs is None:
+        proofs = [EntryProof(UNPROVEN, reader.manifest.fingerprint, e.receipt, None, None) for e in entries]
+    if len(proofs) != len(entries):
+        raise LibraryError("one proof per pack entry is needed")
     for i, (e, t) in enumerate(zip(entries, tokens)):
         if len(t) != e.n_tokens or tokens_sha256(t) != e.tokens_sha256:
             raise LibraryError(f"entry {i}: its text does not tokenize to the tokens the pack declares")
@@ -82,20 +101,30 @@ def commit_pack(
                     "kvgraft_version": reader.manifest.kvgraft_version, "signer": signer, "n_entries": len(entries),
                     "imported_at": now(),
                 }).last_pk
-            fp = reader.manifest.fingerprint
-            for e, t in zip(entries, tokens):
-                if lib.find_same(e.tokens_sha256, fp, e.kind, e.question, e.answer) is not None:
+            for e, t, pr in zip(entries, tokens, proofs):
+                same = lib.find_same(e.tokens_sha256, pr.fingerprint, e.kind, e.question, e.answer)
+                if same is not None and (same.proven or pr.proof == UNPROVEN):
                     skipped += 1
+                    continue
+                receipt = json.dumps(pr.receipt, sort_keys=True) if pr.receipt else None
+                schedule = json.dumps(pr.schedule, sort_keys=True) if pr.schedule else None
+                if same is not None:  # an unproven twin, proven now: it takes the proven state
+                    lib.db.execute("UPDATE entries SET blob_sha256 = ?, blob_size = ?, proof = ?, receipt = ?, schedule = ?, "
+                                   "damaged = NULL WHERE id = ?",
+                                   [address[e.blob_sha256], e.blob_size, pr.proof, receipt, schedule, same.id])
+                    imported += 1
                     continue
                 t_now = now()
                 entry_id = lib.db["entries"].insert({
                     "kind": e.kind, "title": e.title, "question": e.question,
                     "question_key": question_key(e.question) if e.question else None, "text": e.text,
                     "tokens": pack_tokens(t), "n_tokens": e.n_tokens, "tokens_sha256": e.tokens_sha256,
-                    "answer": e.answer, "blob_sha256": address[e.blob_sha256], "blob_size": e.blob_size, "fingerprint": fp,
-                    "model_sha256": reader.manifest.model_sha256, "source": "pack", "pack_id": pack_id,
-                    "created_at": t_now, "verified_at": t_now if e.answer is not None else None, "damaged": None,
-                    "receipt": json.dumps(e.receipt, sort_keys=True) if e.receipt else None, "checker": e.checker,
+                    "answer": e.answer, "blob_sha256": address[e.blob_sha256], "blob_size": e.blob_size,
+                    "fingerprint": pr.fingerprint, "model_sha256": reader.manifest.model_sha256, "source": "pack",
+                    "pack_id": pack_id, "created_at": t_now,
+                    "verified_at": t_now if e.answer is not None and pr.vouched_by else None, "damaged": None,
+                    "receipt": receipt, "checker": e.checker, "proof": pr.proof, "schedule": schedule,
+                    "vouched_by": pr.vouched_by if e.answer is not None else None,
                 }).last_pk
                 insert_prefix_keys(lib.db, entry_id, pack_tokens(t), e.n_tokens)
                 imported += 1

@@ -28,11 +28,13 @@ from sqlite_utils import Database
 from .blobstore import BlobStore, StoredBlob, check_sha
 from .errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
 from .normalize import question_key
-from .records import KINDS, Entry, ModelRecord
+from .records import KINDS, LOCAL, UNPROVEN, Entry, ModelRecord
 from .schema import insert_prefix_keys, migrations
 from .tokens import PREFIX_BLOCK, pack_tokens, prefix_keys, tokens_sha256
 
 BUSY_TIMEOUT_S = 60.0
+# what makes an entry graftable besides its fingerprint (SQL over `entries e`; Entry.graftable in Python)
+GRAFTABLE = "e.damaged IS NULL AND e.proof <> 'unproven'"
 
 
 def now() -> str:
@@ -119,6 +121,9 @@ class Library:
         receipt: dict | None = None,
         checker: str | None = None,
         elided=None,
+        proof: str = LOCAL,
+        schedule: dict | None = None,
+        vouched_by: str | None = None,
     ) -> tuple[Entry, bool]:
         """Store a blob and its entry; return (entry, created). The same deposit twice is one entry.
 
@@ -130,7 +135,7 @@ class Library:
             raise LibraryError("an entry needs at least one token")
         tsha = tokens_sha256(tokens)
         same = self.find_same(tsha, fingerprint, kind, question, answer)
-        if same is not None and same.damaged is None:
+        if same is not None and same.damaged is None and (same.proven or proof == UNPROVEN):
             return same, False
         view = memoryview(blob).cast("B")
         sha = hashlib.sha256(view).hexdigest()
@@ -145,6 +150,7 @@ class Library:
                 blob_sha256=sha, blob_size=len(view), fingerprint=fingerprint,
                 model_sha256=model.sha256 if model else None, source=source, pack_id=pack_id,
                 receipt=json.dumps(receipt, sort_keys=True) if receipt else None, checker=checker,
+                proof=proof, schedule=json.dumps(schedule, sort_keys=True) if schedule else None, vouched_by=vouched_by,
             ), model)
         except BaseException:
             self.clear_pending([pending_id])
@@ -159,17 +165,19 @@ class Library:
                 self._insert_model(model)
             self.insert_blob_row(stored)
             again = self.find_same(row["tokens_sha256"], row["fingerprint"], row["kind"], row["question"], row["answer"])
-            if again is not None and again.damaged is None:  # another process committed it meanwhile
-                entry_id = again.id
-            elif same is not None:  # a damaged twin: point it at the blob just stored, then it is whole again
-                self.db.execute("UPDATE entries SET blob_sha256 = ?, blob_size = ?, receipt = ?, damaged = NULL WHERE id = ?",
-                                [sha, size, row["receipt"], same.id])
+            if again is not None and again.damaged is None and (again.proven or row["proof"] == UNPROVEN):
+                entry_id = again.id  # another process committed it meanwhile
+            elif same is not None:  # a damaged or unproven twin: point it at the state just made, then it is whole
+                self.db.execute("UPDATE entries SET blob_sha256 = ?, blob_size = ?, receipt = ?, damaged = NULL, proof = ?, "
+                                "schedule = ? WHERE id = ?",
+                                [sha, size, row["receipt"], row["proof"], row["schedule"], same.id])
                 self.db.execute("UPDATE entries SET damaged = NULL WHERE blob_sha256 = ?", [sha])
                 entry_id = same.id
             else:
                 t = now()
                 entry_id = self.db["entries"].insert(
-                    {**row, "created_at": t, "verified_at": t if row["answer"] is not None else None, "damaged": None}
+                    {**row, "created_at": t, "verified_at": t if row["answer"] is not None and row["vouched_by"] else None,
+                     "damaged": None}
                 ).last_pk
                 insert_prefix_keys(self.db, entry_id, row["tokens"], row["n_tokens"])
             self.consume_pending([pending_id])
@@ -229,9 +237,37 @@ class Library:
         with self.write():
             self.db.execute("UPDATE entries SET damaged = ? WHERE blob_sha256 = ?", [reason, blob_sha256])
 
-    def mark_verified(self, entry_id: int) -> None:
+    def set_proof(self, entry_id: int, proof: str, fingerprint: str, receipt: dict | None = None) -> Entry:
+        """Record a proof of origin found for an entry (a replay here reproduced its state), with the
+        fingerprint of the engine that found it and the receipt computed there."""
         with self.write():
-            self.db.execute("UPDATE entries SET verified_at = ? WHERE id = ?", [now(), entry_id])
+            self.db.execute("UPDATE entries SET proof = ?, fingerprint = ?, receipt = coalesce(?, receipt) WHERE id = ?",
+                            [proof, fingerprint, json.dumps(receipt, sort_keys=True) if receipt else None, entry_id])
+        return self.get(entry_id)
+
+    def record_engine(self, fingerprint: str, info: dict, environment: dict) -> None:
+        """Remember what a fingerprint stands for (once per fingerprint)."""
+        if self.db.execute("SELECT 1 FROM engines WHERE fingerprint = ?", [fingerprint]).fetchone():
+            return
+        with self.write():
+            self.db.execute("INSERT OR IGNORE INTO engines (fingerprint, info, environment, seen_at) VALUES (?, ?, ?, ?)",
+                            [fingerprint, json.dumps(info, sort_keys=True), json.dumps(environment, sort_keys=True), now()])
+
+    def engine_info(self, fingerprint: str) -> dict | None:
+        row = self.db.execute("SELECT info, environment FROM engines WHERE fingerprint = ?", [fingerprint]).fetchone()
+        return {"info": json.loads(row[0]), "environment": json.loads(row[1])} if row else None
+
+    def relabel_fingerprint(self, legacy: str, fingerprint: str) -> int:
+        """Move entries made under an old-style fingerprint (version 1, which hashed the CPU feature
+        string) to the probe fingerprint of the engine whose old-style fingerprint it is. Their
+        proof does not change. Returns how many moved."""
+        if legacy == fingerprint or self.db.execute("SELECT 1 FROM entries WHERE fingerprint = ? LIMIT 1", [legacy]).fetchone() is None:
+            return 0
+        with self.write():
+            n = self.db.execute("UPDATE entries SET fingerprint = ? WHERE fingerprint = ?", [fingerprint, legacy]).rowcount
+            self.db.execute("INSERT OR REPLACE INTO fingerprint_relabels (legacy, fingerprint, entries, relabelled_at) "
+                            "VALUES (?, ?, ?, ?)", [legacy, fingerprint, n, now()])
+        return n
 
     # -- reading -------------------------------------------------------------------------------
     def get(self, entry_id: int) -> Entry:
@@ -263,7 +299,7 @@ class Library:
             return []
         sql = (
             "SELECT e.* FROM entries_fts f JOIN entries e ON e.id = f.rowid WHERE entries_fts MATCH ?"
-            + (" AND e.fingerprint = ? AND e.damaged IS NULL" if fingerprint else "")
+            + (f" AND e.fingerprint = ? AND {GRAFTABLE}" if fingerprint else "")
             + " ORDER BY f.rank LIMIT ?"
         )
         args = [q] + ([fingerprint] if fingerprint else []) + [limit]
@@ -305,7 +341,7 @@ class Library:
             mid = (lo + hi) // 2
             hit = self.db.execute(
                 "SELECT 1 FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
-                "WHERE p.key = ? AND p.length = ? AND e.fingerprint = ? AND e.damaged IS NULL LIMIT 1",
+                f"WHERE p.key = ? AND p.length = ? AND e.fingerprint = ? AND {GRAFTABLE} LIMIT 1",
                 [bkeys[blocks[mid]], blocks[mid], fingerprint],
             ).fetchone()
             if hit:
@@ -320,7 +356,7 @@ class Library:
             marks = ",".join("?" * len(by_key))
             rows = self.db.execute(
                 f"SELECT p.entry_id, p.length FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
-                f"WHERE p.full = 1 AND p.key IN ({marks}) AND e.fingerprint = ? AND e.damaged IS NULL "
+                f"WHERE p.full = 1 AND p.key IN ({marks}) AND e.fingerprint = ? AND {GRAFTABLE} "
                 f"ORDER BY p.length DESC, p.entry_id DESC",
                 list(by_key) + [fingerprint],
             ).fetchall()
@@ -334,7 +370,9 @@ class Library:
 
     def read_blob(self, entry: Entry, into: bytearray | None = None):
         """The entry's blob bytes, checked (into a reusable buffer when given and the index holds
-        chunk digests). A missing or corrupt blob marks its entries damaged."""
+        chunk digests). A missing or corrupt blob marks its entries damaged; an unreadable one
+        (BlobUnreadable: an OS error this time, its bytes never compared) is not damage and passes
+        through unmarked."""
         row = self.db.execute("SELECT chunks FROM blobs WHERE sha256 = ?", [entry.blob_sha256]).fetchone()
         try:
             if row and row[0]:
@@ -366,14 +404,16 @@ class Library:
             "canonical_bytes_per_token": (canonical_bytes / blob_tokens) if blob_tokens else None,
             "uncompacted_blobs": legacy,
             "damaged": q("SELECT count(*) FROM entries WHERE damaged IS NOT NULL").fetchone()[0],
+            "unproven": q("SELECT count(*) FROM entries WHERE proof = ?", [UNPROVEN]).fetchone()[0],
+            "by_proof": {p: c for p, c in q("SELECT proof, count(*) FROM entries GROUP BY proof")},
             "by_kind": {k: c for k, c in q("SELECT kind, count(*) FROM entries GROUP BY kind")},
             "data_dir": str(self.root),
         }
         if fingerprint is not None:
             out["graftable"] = q(
-                "SELECT count(*) FROM entries WHERE fingerprint = ? AND damaged IS NULL", [fingerprint]
+                f"SELECT count(*) FROM entries e WHERE e.fingerprint = ? AND {GRAFTABLE}", [fingerprint]
             ).fetchone()[0]
-            out["needs_rebuild"] = entries - out["graftable"]
+            out["other_fingerprint"] = q("SELECT count(*) FROM entries WHERE fingerprint <> ?", [fingerprint]).fetchone()[0]
         if n_ctx:
             out["n_ctx"] = n_ctx
             out["context_multiple"] = tokens / n_ctx

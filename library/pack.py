@@ -1,6 +1,9 @@
 """The `.kvpack` container: a zip of `manifest.json` and `blobs/<sha256>` (stored, uncompressed).
 
-Format 2 stores each blob as a compact container (library/container.py) named by the SHA-256 of
+Format 3 adds what the fingerprint stands for (`engine`: the bit-deciding config and the probe
+hashes, engine/probe.py) and, per entry, how the exporter knew its state (`proof`), who vouched
+for its answer (`verified_by`) and its decode `schedule`; an importer trusts none of these unless a
+key it trusts signed them. Format 2 stores each blob as a compact container (library/container.py) named by the SHA-256 of
 its canonical bytes, with `blob_stored_size` in the manifest; format 1 stored the bytes as they
 were. Both are read: `read_blob` always returns the bytes the name is the SHA-256 of.
 
@@ -27,7 +30,7 @@ from .errors import LibraryError
 from .records import KINDS
 from .signing import SIGNATURE, Signer, SigningError, sign_manifest, verify_signature
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 MAX_MANIFEST_BYTES = 256 << 20
 MAX_MEMBERS = 2_000_001
@@ -104,6 +107,8 @@ def parse_manifest(raw: dict) -> Manifest:
     kv_version = _get(raw, "kvgraft_version", str, "the pack")
     model = _get(raw, "model", dict, "the pack")
     fingerprint = _sha(_get(raw, "fingerprint", str, "the pack"), "fingerprint")
+    if version >= 3:
+        _get(raw, "engine", dict, "the pack")  # what the fingerprint stands for: config and probe hashes
     items = _get(raw, "entries", list, "the pack")
     if not items:
         raise _fail("the pack is empty: its manifest lists no entries")

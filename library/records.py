@@ -8,6 +8,13 @@ from dataclasses import asdict, dataclass
 from .tokens import unpack_tokens
 
 KINDS = ("solution", "document", "prefix")
+UNPROVEN = "unproven"
+LOCAL = "local"
+REPLAYED = "replayed"
+
+
+def signed_proof(name: str) -> str:
+    return f"signed:{name}"
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,9 @@ class Entry:
     tokens_blob: bytes
     receipt: dict | None = None
     checker: str | None = None
+    proof: str = "unproven"  # local / replayed / signed:<key name> / unproven (library/schema.py m007)
+    schedule: dict | None = None  # None: one prefill of the text in chunks of n_batch from position 0
+    vouched_by: str | None = None  # who vouched for the answer; None: stated, not verified
 
     @property
     def tokens(self) -> list[int]:
@@ -47,10 +57,16 @@ class Entry:
 
     @property
     def verified(self) -> bool:
-        return self.answer is not None
+        """The stored answer was vouched for (a checker, a trusted signer, or a person)."""
+        return self.answer is not None and self.vouched_by is not None
+
+    @property
+    def proven(self) -> bool:
+        return self.proof != UNPROVEN
 
     def graftable(self, fingerprint: str) -> bool:
-        return self.fingerprint == fingerprint and self.damaged is None
+        """This engine may graft the state: made under its fingerprint, intact, and of proven origin."""
+        return self.fingerprint == fingerprint and self.damaged is None and self.proven
 
     def summary(self, fingerprint: str | None = None) -> dict:
         """The JSON shape `kvgraft list --json` prints (a contract: id, kind, question, tokens, blob_sha256)."""
@@ -67,6 +83,9 @@ class Entry:
             "created_at": self.created_at,
             "verified_at": self.verified_at,
             "damaged": self.damaged,
+            "proof": self.proof,
+            "verified": self.verified,
+            "verified_by": self.vouched_by,
         }
         if fingerprint is not None:
             out["graftable"] = self.graftable(fingerprint)
@@ -88,4 +107,7 @@ class Entry:
             tokens_blob=row["tokens"],
             receipt=json.loads(row["receipt"]) if row.get("receipt") else None,
             checker=row.get("checker"),
+            proof=row.get("proof") or UNPROVEN,
+            schedule=json.loads(row["schedule"]) if row.get("schedule") else None,
+            vouched_by=row.get("vouched_by"),
         )

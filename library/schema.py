@@ -113,6 +113,31 @@ def m006_compaction(db: Database) -> None:
     db["blob_aliases"].create_index(["sha256"])
 
 
+@migrations()
+def m007_proof(db: Database) -> None:
+    """Proof of origin and who vouched for an answer (docs/exact-graft.md, docs/pack-format.md).
+
+    `proof`: how the state is known to be the state of its text: "local" (computed here),
+    "replayed" (recomputed here, canonical SHA-256 reproduced), "signed:<key name>" (a pack signed
+    by a trusted key, made under a compatible engine) or "unproven" (never grafted).
+    `schedule`: the decode schedule the state was made with (JSON; NULL = one prefill of the text
+    in chunks of n_batch from position 0), which a replay follows.
+    `vouched_by`: who vouched for the answer ("checker:<name>", "generator:<name>", "signer:<key
+    name>", "you"); NULL = the answer is stated, not verified. `verified_at` is kept only where
+    someone vouched: answers stored before this migration were never checked, so they become stated.
+    `fingerprint_relabels`: entries moved from an old-style fingerprint to the probe fingerprint
+    (done when an engine whose old-style fingerprint matches opens the library).
+    `engines`: what each fingerprint stands for (config and probe hashes, and the machine it was
+    seen on), recorded when an engine opens the library; an export puts it in the pack."""
+    db["entries"].add_column("proof", str)
+    db["entries"].add_column("schedule", str)
+    db["entries"].add_column("vouched_by", str)
+    db.execute("UPDATE entries SET proof = CASE WHEN source = 'local' THEN 'local' ELSE 'unproven' END")
+    db.execute("UPDATE entries SET verified_at = NULL")
+    db["engines"].create({"fingerprint": str, "info": str, "environment": str, "seen_at": str}, pk="fingerprint")
+    db["fingerprint_relabels"].create({"legacy": str, "fingerprint": str, "entries": int, "relabelled_at": str}, pk="legacy")
+
+
 def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens: int) -> None:
     tokens = unpack_tokens(tokens_blob)
     keys = prefix_keys(tokens, entry_key_lengths(n_tokens))
@@ -122,4 +147,5 @@ def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens
     )
 
 
-MIGRATIONS = ["m001_core", "m002_fts", "m003_prefix_keys", "m004_entry_receipts", "m005_blob_chunks", "m006_compaction"]
+MIGRATIONS = ["m001_core", "m002_fts", "m003_prefix_keys", "m004_entry_receipts", "m005_blob_chunks", "m006_compaction",
+              "m007_proof"]

@@ -411,17 +411,18 @@ def test_format_1_pack_imports_compacted(service, engine, probe, tmp_path):
     res = import_pack(service, old)
     assert res["imported"] == 1
     [e] = service.library.entries()
+    assert e.proof == "replayed" and res["replayed"] == 1  # an old pack's state is proven by a replay here
     assert e.blob_sha256 != raw.sha256 and service.library.blobs.size(e.blob_sha256) < 0.7 * len(raw.data)
     assert service.library.db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[0] == e.blob_sha256
     with engine.session() as g:
         service.graft(g, e)
         g.prefill(probe)
         assert logits_sha256(g.logits()) == fresh
-    # and out again as format 2: the member is the stored container, named by the canonical bytes
+    # and out again as format 3: the member is the stored container, named by the canonical bytes
     new = tmp_path / "new.kvpack"
     export_pack(service.library, [e], new)
     with PackReader(new) as reader:
-        assert reader.manifest.format_version == 2 and reader.blob_shas() == [e.blob_sha256]
+        assert reader.manifest.format_version == 3 and reader.blob_shas() == [e.blob_sha256]
         assert reader.manifest.entries[0].blob_stored_size == service.library.blobs.size(e.blob_sha256)
         assert hashlib.sha256(reader.read_blob(e.blob_sha256)).hexdigest() == e.blob_sha256
 

@@ -31,8 +31,9 @@ def add(lib, tokens, fp=FP, **kw):
 def test_add_get_and_dedupe(lib):
     blob = os.urandom(1000)
     e, created = lib.add_entry(kind="solution", text="t", tokens=[1, 2, 3], blob=blob, fingerprint=FP,
-                               question="Q?", answer="42")
+                               question="Q?", answer="42", vouched_by="you")
     assert created and e.id == 1 and e.n_tokens == 3 and e.answer == "42" and e.verified_at
+    assert e.verified and e.vouched_by == "you" and e.proof == "local"
     again, created2 = lib.add_entry(kind="solution", text="t", tokens=[1, 2, 3], blob=blob, fingerprint=FP,
                                     question="Q?", answer="42")
     assert not created2 and again.id == e.id
@@ -40,6 +41,7 @@ def test_add_get_and_dedupe(lib):
     other, created3 = lib.add_entry(kind="solution", text="t", tokens=[1, 2, 3], blob=blob, fingerprint=FP,
                                     question="Another?", answer="42")
     assert created3 and other.blob_sha256 == e.blob_sha256
+    assert not other.verified and other.verified_at is None  # an answer nobody vouched for is stated, not verified
     assert lib.stats()["blobs"] == 1 and len(list(lib.blobs.iter_blobs())) == 1
     assert lib.get(e.id).tokens == [1, 2, 3]
     with pytest.raises(EntryNotFound):

@@ -51,10 +51,16 @@ def test_build_export_import_verify(good_pack, cli_engine, tmp_path):
     run = CliRunner().invoke
     r = run(cli, ["import", str(good_pack), "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout) == {"imported": 3, "skipped": 0, "refused": []}
+    out = json.loads(r.stdout)
+    assert (out["imported"], out["skipped"], out["refused"], out["replayed"]) == (3, 0, [], 3)  # unsigned: each replayed
     r = run(cli, ["import", str(good_pack), "--json"])
-    assert json.loads(r.stdout) == {"imported": 0, "skipped": 3, "refused": []}
-    assert library_state()[:3] == (3, library_state()[1], 1) and len(library_state()[1]) == 3
+    out = json.loads(r.stdout)
+    assert (out["imported"], out["skipped"], out["refused"], out["replayed"]) == (0, 3, [], 0)  # already here, proven
+    entries, blobs, packs, pending = library_state()
+    assert (entries, len(blobs), packs, pending) == (3, 3, 1, 0)
+    with open_library() as lib:
+        assert {e.proof for e in lib.entries()} == {"replayed"}
+        assert not any(e.verified for e in lib.entries())  # an unsigned pack's answers are stated, not verified
 
     receipts = tmp_path / "receipts.json"
     r = run(cli, ["verify", "--library", "--replay", "--receipts", str(receipts), "--json"])
@@ -91,8 +97,11 @@ def test_ask_json_contract(good_pack, cli_engine):
     r = run(cli, ["ask", p.question, "--json"])
     assert r.exit_code == 0, r.output
     a = json.loads(r.stdout)
-    assert a["source"] == "graft" and a["exact"] is True and a["answer_checked"] is True
-    assert a["answer"] == p.answer and a["verified_answer"] == p.answer
+    # exact only because the logits after the question were compared with the receipt made by the replay
+    assert a["source"] == "graft" and a["receipt_match"] is True and a["exact"] is True and a["proof"] == "replayed"
+    # an unsigned pack's answer is stated by its author: not verified, so not in verified_answer
+    assert a["verified"] is False and a["verified_by"] is None and a["verified_answer"] is None
+    assert a["stored_answer"] == p.answer and a["answer"] == p.answer and a["answer_checked"] is None
     assert a["tokens_decoded"] <= 10 and a["tokens_restored"] > 0 and a["graft_ms"] > 0
     for key in ("entry_id", "tokens_prefilled"):
         assert isinstance(a[key], int)
@@ -102,7 +111,7 @@ def test_ask_json_contract(good_pack, cli_engine):
     r = run(cli, ["ask", "What is the colour of the winter harbor?", "--budget", "6", "--json"])
     f = json.loads(r.stdout)
     assert f["source"] == "fresh" and f["entry_id"] is None and f["verified_answer"] is None and f["answer_checked"] is None
-    assert f["tokens_decoded"] <= 6 and f["exact"] is None
+    assert f["tokens_decoded"] <= 6 and f["exact"] is None and f["proof"] is None
 
 
 def test_ask_grafts_a_stored_prefix(cli_engine, tmp_path):
@@ -113,7 +122,10 @@ def test_ask_grafts_a_stored_prefix(cli_engine, tmp_path):
     r = run(cli, ["ask", "How many ships does the keeper count?", "--context", str(doc), "--budget", "4", "--json"])
     a = json.loads(r.stdout)
     assert a["source"] == "prefix" and a["entry_id"] == dep["id"] and a["tokens_restored"] == dep["tokens"]
-    assert 0 < a["tokens_prefilled"] < 30 and a["exact"] is True
+    # nothing compared the logits after the rest of the prompt: exact is null, and the words say so
+    assert 0 < a["tokens_prefilled"] < 30 and a["exact"] is None and a["proof"] == "local"
+    r = run(cli, ["ask", "How many ships does the keeper count?", "--context", str(doc), "--budget", "4"])
+    assert "exact restore, not compared" in r.stderr and "proof local" in r.stderr
 
 
 def test_solve_reports_and_related(good_pack, cli_engine, tmp_path):
@@ -200,7 +212,7 @@ def test_malformed_pack_refused_library_unchanged(engine, good_pack, variants, n
     path, fragment = variants[name]
     with open_library() as lib:
         service = LibraryService(engine, lib)
-        import_pack(service, good_pack)  # a library with something in it
+        import_pack(service, good_pack, replay=False)  # a library with something in it
     before = library_state()
     with open_library() as lib:
         with pytest.raises(PackError) as info:
@@ -260,7 +272,6 @@ def test_member_name_that_is_not_utf8(tmp_path):
     data = bytearray(good.read_bytes())
     # set the UTF-8 flag (bit 11) in the central directory and make the name invalid UTF-8
     i = data.find(b"PK\x01\x02")
-    data[i + 8] |= 0x00
     data[i + 9] |= 0x08
     j = data.find(b"manifest.json", i)
     data[j] = 0xFF

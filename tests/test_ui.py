@@ -14,7 +14,7 @@ from app.problems import starter_problems, write_jsonl
 from app.runtime import Settings
 from app.textgen import synthetic_text
 from library.index import Library
-from ui.library_table import EntriesModel, sorted_view
+from ui.library_table import COLUMNS, EntriesModel, sorted_view
 from ui.main_window import MainWindow
 from ui.settings_dialog import load_settings, save_settings
 
@@ -61,15 +61,20 @@ def wait_message(qtbot, window, title, timeout=120_000):
 def test_drop_good_pack_then_ask(qtbot, window, tiny_pack):
     drop(window, [tiny_pack])
     summary = wait_message(qtbot, window, "Import")
-    assert "imported: 2 entries" in summary
+    assert "imported: 2 entries" in summary and "proved by replay here: 2 entries" in summary  # unsigned: replayed
     assert window.entries.rowCount() == 2
+    proof_col = COLUMNS.index("proof")
+    assert [window.entries.data(window.entries.index(r, proof_col)) for r in range(2)] == ["replayed", "replayed"]
     p = SHORT[0]
     window.question.setText(p.question)
     window.ask()
     qtbot.waitUntil(lambda: window.last_answer is not None, timeout=60_000)
     assert window.answer_view.toPlainText() == p.answer
-    assert window.provenance.text().startswith("from verified entry #")
-    assert "exact graft" in window.provenance.text() and "matches" in window.provenance.text()
+    r = window.last_answer
+    assert r["receipt_match"] is True and r["exact"] is True  # compared with the receipt, not assumed
+    text = window.provenance.text()
+    assert text.startswith(f"from entry #{r['entry_id']} (proof replayed, answer not verified)")
+    assert "exact: logits equal the fresh run's in its receipt" in text and f"stored answer (stated, not verified): {p.answer}" in text
 
 
 def test_drop_corrupt_pack_leaves_library_unchanged(qtbot, window, tiny_pack, tmp_path):

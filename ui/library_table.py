@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
 
-COLUMNS = ["#", "kind", "title / question", "tokens", "verified", "source", "graftable"]
+COLUMNS = ["#", "kind", "title / question", "tokens", "answer", "source", "proof", "graftable"]
 
 
 class EntriesModel(QAbstractTableModel):
@@ -37,7 +37,7 @@ class EntriesModel(QAbstractTableModel):
         row = self._rows[index.row()]
         col = index.column()
         if role == Qt.UserRole:  # sort key
-            return [row.id, row.kind, row.title.lower(), row.tokens, row.verified, row.source, row.graftable][col]
+            return [row.id, row.kind, row.title.lower(), row.tokens, row.verified, row.source, row.proof, row.graftable][col]
         if role == Qt.DisplayRole:
             if col == 0:
                 return row.id
@@ -48,11 +48,15 @@ class EntriesModel(QAbstractTableModel):
             if col == 3:
                 return f"{row.tokens:,}"
             if col == 4:
-                return "yes" if row.verified else ""
+                return f"verified ({row.verified_by})" if row.verified else ("stated" if row.stated else "")
             if col == 5:
                 return row.source
             if col == 6:
-                return "damaged" if row.damaged else ("yes" if row.graftable else "needs rebuild")
+                return "checking / unproven" if row.proof == "unproven" else row.proof
+            if col == 7:
+                if row.damaged:
+                    return "damaged"
+                return "yes" if row.graftable else ("no (unproven)" if row.proof == "unproven" else "needs rebuild")
         if role == Qt.TextAlignmentRole and col in (0, 3):
             return int(Qt.AlignRight | Qt.AlignVCenter)
         return None

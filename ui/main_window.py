@@ -214,12 +214,19 @@ class MainWindow(QMainWindow):
         self.answer_view.setPlainText(r["answer"])
         text = r["provenance"]
         if r["verified_answer"] is not None:
-            text += f"\nverified answer: {r['verified_answer']} ({'matches' if r['answer_checked'] else 'does NOT match'})"
+            text += (f"\nverified answer ({r['verified_by']}): {r['verified_answer']} "
+                     f"({'matches' if r['answer_checked'] else 'does NOT match'})")
+        elif r.get("stored_answer") is not None:
+            text += f"\nstored answer (stated, not verified): {r['stored_answer']}"
         self.provenance.setText(text)
         self.deposit_button.setEnabled(r["source"] != "graft" and bool(r["answer"]))
 
     def _on_imported(self, s: dict) -> None:
         lines = [f"imported: {s['imported']} entries", f"skipped as duplicates: {s['skipped']}"]
+        if s.get("replayed"):
+            lines.append(f"proved by replay here: {s['replayed']} entries ({s['replay_s']:.1f} s)")
+        if s.get("unproven"):
+            lines.append(f"unproven (never grafted until verified by replay): {s['unproven']}")
         lines += [f"refused {Path(x['file']).name}: {x['reason']}" for x in s["refused"]]
         self.notify("Import", "\n".join(lines), error=bool(s["refused"]))
 

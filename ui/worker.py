@@ -128,14 +128,15 @@ class EngineWorker(QObject):
 
     @Slot(str, str, str)
     def deposit_solution(self, question: str, solution: str, answer: str) -> None:
-        """A verified answer, stored in the format the model copies from (app/problems.py)."""
-        self._deposit(lambda svc, progress: svc.deposit_solution(question, solution, answer, on_progress=progress))
+        """An answer the user confirmed, stored in the format the model copies from (app/problems.py)."""
+        self._deposit(lambda svc, progress: svc.deposit_solution(question, solution, answer, on_progress=progress,
+                                                                 vouched_by="you"))
 
     @Slot(list)
     def import_files(self, paths: list) -> None:
         def go():
             service = self._service()
-            summary = {"imported": 0, "skipped": 0, "refused": []}
+            summary = {"imported": 0, "skipped": 0, "refused": [], "replayed": 0, "replay_s": 0.0, "unproven": 0}
             for k, p in enumerate(paths):
                 self._check_cancel()
                 p = Path(p)
@@ -152,9 +153,13 @@ class EngineWorker(QObject):
                             self.progress.emit(f"{name}: {stage}", done, total)
                             self._check_cancel()  # an import is all or nothing: stopping midway changes nothing
 
+                        # unsigned entries are replayed ("checking 3/12") before anything is written
                         res = import_pack(service, p, progress=progress)
                         summary["imported"] += res["imported"]
                         summary["skipped"] += res["skipped"]
+                        summary["replayed"] += res["replayed"]
+                        summary["replay_s"] += res["replay_s"]
+                        summary["unproven"] += res["proof"].get("unproven", 0)
                 except Cancelled:
                     raise
                 except Exception as exc:

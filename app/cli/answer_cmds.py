@@ -14,7 +14,7 @@ from ..ask import ask as run_ask
 from ..library_service import LibraryService, open_library
 from ..problems import read_jsonl
 from ..solve import solve as run_solve
-from ..packs import state_size_limit
+from ..packs import state_size_limit, trust_store, trusted_name
 from ..verify import compare_receipts, library_items, pack_inputs, pack_items, receipts_sha256, run_verify
 from .common import EXIT_CHECK_FAILED, EXIT_INPUT, emit_json, engine_options, handle_errors, stage_progress
 
@@ -48,7 +48,10 @@ def ask(state, question, context_file, budget, no_library, as_json) -> None:
     click.echo("")
     click.echo(r.provenance(), err=True)
     if r.verified_answer is not None:
-        click.echo(f"verified answer: {r.verified_answer} - decoded answer {'matches' if r.answer_checked else 'DOES NOT match'}", err=True)
+        click.echo(f"verified answer ({r.verified_by}): {r.verified_answer} - decoded answer "
+                   f"{'matches' if r.answer_checked else 'DOES NOT match'}", err=True)
+    elif r.stored_answer is not None:
+        click.echo(f"stored answer (stated, not verified): {r.stored_answer}", err=True)
 
 
 @click.command()
@@ -125,7 +128,7 @@ def verify(state, packs, use_library, replay, samples, receipts, check, as_json)
                     click.echo(f"error: {p} is not the pack the receipts name (its SHA-256 changed)", err=True)
                     sys.exit(EXIT_INPUT)
                 inputs.append(inp)
-                items += pack_items(reader, inp["sha256"])
+                items += pack_items(reader, inp["sha256"], trusted_signer=trusted_name(reader, trust_store(lib.root)))
             if use_library:
                 entries = lib.entries()
                 if check:
@@ -141,11 +144,18 @@ def verify(state, packs, use_library, replay, samples, receipts, check, as_json)
             r.close()
     if check:
         diffs = compare_receipts(old, out)
-        res = {"ok": not diffs, "entries": len(old["results"]), "failures": diffs, "receipts_sha256": receipts_sha256(old)}
-        emit_json(res) if as_json else click.echo(
-            f"re-checked {receipts}: " + ("every hash reproduced" if not diffs else f"{len(diffs)} differences:\n"
-                                          + "\n".join(f"  {d['entry']}: {d['check']}: {d['detail']}" for d in diffs)))
-        sys.exit(0 if not diffs else EXIT_CHECK_FAILED)
+        recorded = old.get("failures") or ([{"entry": None, "check": "ok"}] if old.get("ok") is not True else [])
+        res = {"ok": not diffs and not recorded, "entries": len(old["results"]), "failures": diffs,
+               "recorded_failures": recorded, "hashes_reproduced": not diffs, "receipts_sha256": receipts_sha256(old)}
+        if as_json:
+            emit_json(res)
+        else:
+            click.echo(f"re-checked {receipts}: " + ("every hash reproduced" if not diffs else f"{len(diffs)} differences:\n"
+                                                     + "\n".join(f"  {d['entry']}: {d['check']}: {d['detail']}" for d in diffs)))
+            if recorded:
+                click.echo(f"but the recorded run had {len(recorded)} failed checks: "
+                           + ", ".join(f"{f['entry']}: {f['check']}" for f in recorded), err=True)
+        sys.exit(0 if res["ok"] else EXIT_CHECK_FAILED)
     if receipts:
         Path(receipts).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     if as_json:
@@ -156,8 +166,11 @@ def verify(state, packs, use_library, replay, samples, receipts, check, as_json)
             c = r["checks"]
             parts = ["blob ok" if c.get("blob_ok") else "BLOB BAD"]
             if "replay_ok" in c:
-                parts.append("replay bit-identical" if c["replay_ok"] else "REPLAY DIFFERS")
-                parts.append(f"{sum(p['equal'] for p in c['probes'])}/{len(c['probes'])} probes byte-equal")
+                parts.append("replay bit-identical" if c["replay_ok"] else "REPLAY DIFFERS (not the state of its text)")
+                if c["probes"]:
+                    parts.append(f"{sum(p['equal'] for p in c['probes'])}/{len(c['probes'])} probes byte-equal")
+            parts.append(f"proof {c['proof']}" + (" -> replayed" if r["ref"] in out["proven_by_replay"] else "")
+                         if c["proven"] else f"proof {c['proof']} (never grafted; --replay can prove it)")
             if "answer" in c:
                 parts.append(f"answer {c['answer']['decoded']!r} " + ("ok" if c["answer"]["ok"] else "WRONG"))
             click.echo(f"{r['ref']:<28} " + ", ".join(parts))

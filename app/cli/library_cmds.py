@@ -33,24 +33,27 @@ def _read_text(text: str | None, source: str | None) -> str:
 @click.argument("source", required=False)
 @click.option("--text", help="The text to deposit (instead of a file path or -).")
 @click.option("--question", help="The question this text answers (exact-match key).")
-@click.option("--answer", help="The verified answer, if any (makes it a solution).")
+@click.option("--answer", help="The answer, if any (makes it a solution); stated, not verified, unless --confirmed.")
+@click.option("--confirmed", is_flag=True, help="You vouch that --answer is right: it is stored as verified by you.")
 @click.option("--kind", type=click.Choice(["solution", "document", "prefix"]), default=None,
               help="Entry kind (default: solution when --answer is given, else document).")
 @click.option("--title", help="A title (default: the question or the first line).")
 @click.option("--json", "as_json", is_flag=True, help="Print id and blob_sha256 as JSON.")
 @engine_options
 @handle_errors
-def deposit(state, source, text, question, answer, kind, title, as_json) -> None:
+def deposit(state, source, text, question, answer, kind, title, confirmed, as_json) -> None:
     """Read a text into the model and store its KV state in the library.
 
     SOURCE is a file path, or - for stdin; or pass --text. Depositing the same text again
     makes no second blob (and no second entry when the question and answer are the same).
     """
     body = _read_text(text, source)
+    if confirmed and answer is None:
+        raise click.UsageError("--confirmed vouches for an --answer: give one")
     engine = state.engine()
     with open_library() as lib:
-        res = LibraryService(engine, lib).deposit(body, question=question, answer=answer, kind=kind,
-                                                  title=title, on_progress=token_progress("prefill"))
+        res = LibraryService(engine, lib).deposit(body, question=question, answer=answer, kind=kind, title=title,
+                                                  on_progress=token_progress("prefill"), vouched_by="you" if confirmed else None)
     if as_json:
         emit_json(res.as_dict())
     else:
@@ -78,16 +81,29 @@ def list_entries(state, kind, limit, check, as_json) -> None:
         click.echo("the library is empty")
     else:
         click.echo(_table(entries, fingerprint))
+        unproven = sum(not e.proven for e in entries)
+        if unproven:
+            click.echo(f"{unproven} unproven entries are never grafted; kvgraft verify --library --replay proves them", err=True)
 
 
 def _table(entries, fingerprint: str | None = None) -> str:
     graft = fingerprint is not None
-    lines = [f"{'id':>5}  {'kind':<8}  {'tokens':>7}  {'verified':<8}  " + ("graftable      " if graft else "") + f"{'blob':<16}  title"]
+    lines = [f"{'id':>5}  {'kind':<8}  {'tokens':>7}  {'answer':<8}  {'proof':<16}  " + ("graftable      " if graft else "")
+             + f"{'blob':<16}  title"]
     for e in entries:
-        flag = "damaged" if e.damaged else ("yes" if e.answer is not None else "-")
-        g = ("yes            " if e.graftable(fingerprint) else "needs rebuild  ") if graft else ""
-        lines.append(f"{e.id:>5}  {e.kind:<8}  {e.n_tokens:>7,}  {flag:<8}  {g}{e.blob_sha256[:16]}  {(e.title or '')[:60]}")
+        flag = "damaged" if e.damaged else ("verified" if e.verified else ("stated" if e.answer is not None else "-"))
+        g = f"{_graftable_word(e, fingerprint):<15}" if graft else ""
+        lines.append(f"{e.id:>5}  {e.kind:<8}  {e.n_tokens:>7,}  {flag:<8}  {e.proof[:16]:<16}  {g}{e.blob_sha256[:16]}  "
+                     f"{(e.title or '')[:60]}")
     return "\n".join(lines)
+
+
+def _graftable_word(e, fingerprint: str) -> str:
+    if e.graftable(fingerprint):
+        return "yes"
+    if e.damaged:
+        return "no (damaged)"
+    return "no (unproven)" if not e.proven else "needs rebuild"
 
 
 @click.command()
@@ -118,7 +134,7 @@ def show(entry_id, as_json) -> None:
     provenance = provenance_text(pack)
     if as_json:
         emit_json(e.as_dict() | {"provenance": provenance, "signed_by": pack["signer"] if pack else None,
-                                 "blob_stored_size": on_disk})
+                                 "blob_stored_size": on_disk, "verified": e.verified, "verified_by": e.vouched_by})
         return
     rows = [
         ("entry", f"#{e.id} ({e.kind})"), ("title", e.title), ("question", e.question), ("answer", e.answer),
@@ -126,11 +142,24 @@ def show(entry_id, as_json) -> None:
         ("blob", f"{e.blob_sha256} ({e.blob_size:,} bytes, "
                  + (f"{on_disk:,} on disk)" if on_disk is not None else "missing from disk)")),
         ("fingerprint", e.fingerprint),
-        ("model", e.model_sha256), ("source", provenance),
-        ("created", e.created_at), ("verified", e.verified_at), ("damaged", e.damaged),
+        ("model", e.model_sha256), ("source", provenance), ("proof", proof_words(e.proof)),
+        ("answer is", (f"verified by {e.vouched_by} at {e.verified_at}" if e.verified else "stated, not verified")
+         if e.answer is not None else None),
+        ("created", e.created_at), ("damaged", e.damaged),
     ]
     click.echo("\n".join(f"{k:<12} {v}" for k, v in rows if v is not None))
     click.echo("\n" + e.text)
+
+
+def proof_words(proof: str) -> str:
+    """What an entry's proof means, in words."""
+    if proof == "local":
+        return "local (its state was computed here)"
+    if proof == "replayed":
+        return "replayed (recomputed here: the same canonical SHA-256)"
+    if proof.startswith("signed:"):
+        return f"{proof} (from a pack signed by a key you trust)"
+    return "unproven (never grafted; kvgraft verify --library --replay can prove it)"
 
 
 def provenance_text(pack: dict | None) -> str:

@@ -47,24 +47,30 @@ def export(entry_ids, output, query, all_, sign, as_json) -> None:
 @click.argument("files", type=click.Path(dir_okay=False, path_type=Path), nargs=-1, required=True)
 @click.option("--rebuild", is_flag=True, help="A pack for another model or fingerprint: import its texts and rebuild the blobs here.")
 @click.option("--require-signed", is_flag=True, help="Refuse packs that are not signed by a trusted key (kvgraft keys).")
+@click.option("--no-replay", is_flag=True,
+              help="Do not replay unsigned entries: import them unproven (listed, never grafted until verify --replay).")
 @click.option("--json", "as_json", is_flag=True, help="Print imported, skipped (counts) and refused [{file, reason}] as JSON.")
 @engine_options
 @handle_errors
-def import_(state, files, rebuild, require_signed, as_json) -> None:
+def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
     """Import verified solution packs; each is checked completely, then imported whole or refused.
+
+    A state is opaque, so its origin is proven before it can be grafted: entries of a pack signed
+    by a key you trust are taken as signed; every other entry is replayed here (one prefill each)
+    and must reproduce its blob's SHA-256, or the whole pack is refused, naming the entry.
 
     Exit 0 when every pack was imported (entries already in the library are skipped), 1 when any
     was refused; the library is unchanged by a refused pack.
     """
     engine = state.engine()
-    imported = skipped = 0
-    refused = []
+    imported = skipped = replayed = 0
+    refused, replay_s = [], 0.0
     with open_library() as lib:
         service = LibraryService(engine, lib)
         for f in files:
             try:
                 res = import_pack(service, f, rebuild=rebuild, progress=stage_progress(f"import {Path(f).name}"),
-                                  require_signed=require_signed)
+                                  require_signed=require_signed, replay=not no_replay)
             except (LibraryError, EngineError, OSError) as exc:  # refused: this pack only, the others go on
                 refused.append({"file": str(f), "reason": str(exc)})
                 if not as_json:
@@ -72,12 +78,22 @@ def import_(state, files, rebuild, require_signed, as_json) -> None:
                 continue
             imported += res["imported"]
             skipped += res["skipped"]
+            replayed += res.get("replayed", 0)
+            replay_s += res.get("replay_s", 0.0)
             if not as_json:
                 click.echo(f"imported {f}: {res['imported']} entries" + (f", {res['skipped']} already present" if res["skipped"] else "")
                            + (f" ({res['rebuilt']} rebuilt here)" if res["rebuilt"] else "")
-                           + (f", signed by {res['signed_by']}" if res["signed_by"] else ", unsigned"))
+                           + (f", signed by {res['signed_by']}" + ("" if res.get("signer_trusted") else " (not a key you trust)")
+                              if res["signed_by"] else ", unsigned"))
+                if res.get("replayed"):
+                    click.echo(f"  proof: {res['replayed']} entries replayed here ({res['replay_tokens']:,} tokens prefilled in "
+                               f"{res['replay_s']:.1f} s), each reproduced its blob's SHA-256")
+                if res.get("proof", {}).get("unproven"):
+                    click.echo(f"  {res['proof']['unproven']} entries unproven (never grafted; kvgraft verify --library --replay "
+                               "proves them)")
     if as_json:
-        emit_json({"imported": imported, "skipped": skipped, "refused": refused})
+        emit_json({"imported": imported, "skipped": skipped, "refused": refused, "replayed": replayed,
+                   "replay_s": round(replay_s, 3)})
     if refused:
         sys.exit(EXIT_CHECK_FAILED)
 
