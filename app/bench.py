@@ -6,11 +6,14 @@ Time to first token (TTFT) for a stored prefix of L tokens followed by the same 
   llama_cpp_python_state       llama-cpp-python's Llama.load_state(), then the question
   llama_cpp_python_disk_cache  its LlamaDiskCache fetch + load_state(), then the question
   floor                        read the stored blob from the page cache + one memcpy of it (no TTFT; exact is null)
-Each method's median over several runs; exact = the logits after the question are SHA-256-equal to
-that stack's own fresh run. Also: the graft alone (read + check + restore) vs prefilling the
-prefix, the same graft with and without compaction (blob bytes per token on disk and graft time),
-decode-token economy on starter problems, lookup latency by library size, and blob bytes per token
-for f16 and q8_0 KV caches (with q8_0 exactness).
+Each method's median over several runs. "exact" is only ever the result of a logits comparison
+(null where none ran): for fresh, that its runs (same prompt, same decode schedule) gave
+SHA-256-equal logits, i.e. run-to-run determinism (null with a single run; also `deterministic`);
+for every other method, that each of its runs gave logits SHA-256-equal to every fresh run of
+that stack. Also: the graft alone (read + check + restore) vs prefilling the prefix, the same graft
+with and without compaction (blob bytes per token on disk and graft time), decode-token economy on
+starter problems, lookup latency by library size, and for f16 and q8_0 KV caches the whole-state
+bytes per token and the stored (compacted) bytes per token, with graft exactness.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ import json
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from engine.compare import logits_sha256
 from engine.engine import Engine
-from engine.exactness import graft_vs_fresh
 from engine.peers import LlamaCppPythonPeer
+from engine.session import Snapshot
+from library.blobstore import BlobStore
 from library.index import Library
 
 from . import __version__
@@ -47,6 +51,13 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
+def _equal_to_fresh(shas: list[str], fresh_shas: list[str]) -> bool | None:
+    """True when every run's logits SHA-256 equals every fresh run's; None when nothing was compared."""
+    if not shas or not fresh_shas:
+        return None
+    return len(set(shas) | set(fresh_shas)) == 1
+
+
 def _tokens_sha(tokens) -> str:
     import numpy as np
 
@@ -59,6 +70,8 @@ def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callabl
     churn the page cache and memory bandwidth, which would tax whatever runs right after them).
     With `plain`, a second library holding the same blob without compaction: its size and graft
     time are measured beside the compact one's."""
+    if runs < 1:
+        raise ValueError("runs must be at least 1")
     model = engine.model
     service = LibraryService(engine, lib)
     prefix = prefix_tokens(model, n, seed=n)
@@ -80,21 +93,25 @@ def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callabl
                                              fingerprint=fp)
 
         say(f"{n} tokens: fresh x{runs}")
-        ttft, pre = [], []
+        ttft, pre, fresh_shas = [], [], []
         for _ in range(runs):
             s.reset()
             t0 = time.perf_counter()
             s.prefill(prefix)
             t1 = time.perf_counter()
             s.prefill(question)
-            fresh_sha = logits_sha256(s.logits())
+            fresh_shas.append(logits_sha256(s.logits()))
             ttft.append(time.perf_counter() - t0)
             pre.append(t1 - t0)
-        out.append({"method": "fresh", "prefix_tokens": n, "median_s": _median(ttft), "exact": True, "runs_s": ttft})
-        extra.update(prefill_prefix_s=_median(pre), fresh_logits_sha256=fresh_sha)
+        # Fresh is the reference, so its own "exact" is run-to-run determinism: the same prompt in the
+        # same decode schedule, SHA-256-equal logits every run. One run compares nothing.
+        deterministic = len(set(fresh_shas)) == 1 if runs >= 2 else None
+        out.append({"method": "fresh", "prefix_tokens": n, "median_s": _median(ttft), "exact": deterministic,
+                    "deterministic": deterministic, "distinct_logits_sha256": len(set(fresh_shas)), "runs_s": ttft})
+        extra.update(prefill_prefix_s=_median(pre), fresh_logits_sha256=fresh_shas[0], fresh_deterministic=deterministic)
 
         say(f"{n} tokens: kvgraft x{runs}")
-        ttft, alone, lookup, exact = [], [], [], True
+        ttft, alone, lookup, shas = [], [], [], []
         for _ in range(runs):
             s.reset()
             t0 = time.perf_counter()
@@ -103,25 +120,24 @@ def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callabl
             service.graft(s, hit)
             t2 = time.perf_counter()
             s.prefill(prompt[hit.n_tokens :])
-            sha = logits_sha256(s.logits())
+            shas.append(logits_sha256(s.logits()))
             ttft.append(time.perf_counter() - t0)
             alone.append(t2 - t1)
             lookup.append(t1 - t0)
-            exact &= sha == fresh_sha
-        out.append({"method": "kvgraft", "prefix_tokens": n, "median_s": _median(ttft), "exact": exact, "runs_s": ttft,
-                    "graft_alone_s": _median(alone), "lookup_s": _median(lookup)})
-        extra.update(graft_alone_s=_median(alone), graft_logits_sha256=sha)
+        out.append({"method": "kvgraft", "prefix_tokens": n, "median_s": _median(ttft), "exact": _equal_to_fresh(shas, fresh_shas),
+                    "runs_s": ttft, "graft_alone_s": _median(alone), "lookup_s": _median(lookup)})
+        extra.update(graft_alone_s=_median(alone), graft_logits_sha256=shas[-1])
         if plain is not None:
             say(f"{n} tokens: graft without compaction x{runs}")
-            plain_service, times, plain_exact = LibraryService(engine, plain), [], True
+            plain_service, times, plain_shas = LibraryService(engine, plain), [], []
             for _ in range(runs):
                 s.reset()
                 t1 = time.perf_counter()
                 plain_service.graft(s, plain_entry)
                 times.append(time.perf_counter() - t1)
                 s.prefill(question)
-                plain_exact &= logits_sha256(s.logits()) == fresh_sha
-            extra.update(graft_alone_uncompacted_s=_median(times), uncompacted_exact=plain_exact)
+                plain_shas.append(logits_sha256(s.logits()))
+            extra.update(graft_alone_uncompacted_s=_median(times), uncompacted_exact=_equal_to_fresh(plain_shas, fresh_shas))
 
     say(f"{n} tokens: floor (page-cache read of the uncompacted blob + one memcpy) x{runs}")
     path = (plain or lib).blobs.path(entry.blob_sha256)
@@ -190,17 +206,41 @@ def decode_economy(engine: Engine, lib: Library, n: int, say) -> dict:
             "exact_grafts": sum(r["exact"] for r in rows), "rows": rows}
 
 
-def kv_types(engine: Engine, say) -> list[dict]:
+KV_KINDS = (("f16", "f16", False), ("q8_0", "q8_0", True))
+
+
+def kv_types(engine: Engine, say, n: int = 1024, kinds=KV_KINDS) -> list[dict]:
+    """Per KV type (type_k, type_v, flash_attn), for a snapshot of `n` tokens: the whole-state bytes
+    a graft restores (dead window cells included, as zeros), the bytes the blob store keeps (the
+    compact container: those zero runs elided, header included), and whether grafting the stored
+    blob, read back with its integrity check, gives the fresh run's logits (SHA-256) and 4 greedy
+    tokens in the same decode schedule."""
     q = engine.model.tokenize(QUESTION, add_bos=False)[:16]
-    prefix = prefix_tokens(engine.model, 1024, seed=1024)
+    prefix = prefix_tokens(engine.model, n, seed=n)
     out = []
-    for tk, tv, fa in (("f16", "f16", False), ("q8_0", "q8_0", True)):
-        say(f"KV {tk}/{tv}: bytes per token and exactness")
-        e = engine.with_config(engine.config.replace(type_k=tk, type_v=tv, flash_attn=fa))
-        rec = graft_vs_fresh(e, prefix, q, n_gen=4)
-        out.append({"type_k": tk, "type_v": tv, "flash_attn": fa, "prefix_tokens": 1024,
-                    "blob_bytes": rec.snapshot_bytes, "bytes_per_token": rec.snapshot_bytes / 1024,
-                    "graft_exact": rec.sha256_equal and rec.tokens_equal})
+    with tempfile.TemporaryDirectory(prefix="kvgraft-bench-kv-") as tmp:
+        store = BlobStore(Path(tmp))
+        for tk, tv, fa in kinds:
+            say(f"KV {tk}/{tv}: bytes per token and exactness")
+            e = engine.with_config(engine.config.replace(type_k=tk, type_v=tv, flash_attn=fa))
+            with e.session() as s:
+                s.prefill(prefix)
+                snap = s.snapshot()
+                s.prefill(q)
+                fresh_sha, fresh_gen = logits_sha256(s.logits()), s.generate(4, stop_at_eog=False).tokens
+            stored = store.put(snap.data, snap.sha256, trusted=True, elide=snap.elided)
+            back = Snapshot.of(store.read_verified(snap.sha256), snap.tokens, snap.fingerprint)
+            with e.session() as s:
+                s.graft(back, bytes_verified=True)
+                s.prefill(q)
+                graft_sha, graft_gen = logits_sha256(s.logits()), s.generate(4, stop_at_eog=False).tokens
+            elided = int(snap.elided[:, 1].sum()) if len(snap.elided) else 0
+            out.append({"type_k": tk, "type_v": tv, "flash_attn": fa, "prefix_tokens": n,
+                        "state_bytes": len(snap.data), "state_bytes_per_token": len(snap.data) / n,
+                        "elided_bytes": elided,
+                        "stored_bytes": stored.stored_size, "stored_bytes_per_token": stored.stored_size / n,
+                        "fresh_logits_sha256": fresh_sha, "graft_logits_sha256": graft_sha,
+                        "graft_exact": fresh_sha == graft_sha and fresh_gen == graft_gen})
     return out
 
 
@@ -247,7 +287,7 @@ def run_bench(engine: Engine, quick: bool, say: Callable[[str], None] = lambda m
     out = {
         "kind": "kvgraft-bench",
         "kvgraft_version": __version__,
-        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "quick": quick,
         "fingerprint": engine.fingerprint,
         "environment": engine.fingerprint_info,
@@ -266,18 +306,37 @@ def run_bench(engine: Engine, quick: bool, say: Callable[[str], None] = lambda m
     return out
 
 
-def markdown_table(res: dict) -> str:
-    methods = ["fresh", "kvgraft", "llama_cpp_python_state", "llama_cpp_python_disk_cache", "floor"]
+METHODS = ["fresh", "kvgraft", "llama_cpp_python_state", "llama_cpp_python_disk_cache", "floor"]
+EXACT_NOTE = ("\"exact\" comes from a logits comparison (blank: none ran): for fresh, its runs (same prompt, same decode "
+              "schedule) gave logits SHA-256-equal to each other; for the others, every run's logits were SHA-256-equal "
+              "to every fresh run of that stack.")
+
+
+def method_table(res: dict) -> str:
+    """The TTFT table, one row per method present in `res["results"]`, and what its "exact" means."""
     lengths = sorted({r["prefix_tokens"] for r in res["results"]})
     by = {(r["method"], r["prefix_tokens"]): r for r in res["results"]}
     lines = ["| method | " + " | ".join(f"{n:,} tokens" for n in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
-    for m in methods:
+    for m in METHODS:
+        if not any((m, n) in by for n in lengths):
+            continue
         cells = []
         for n in lengths:
-            r = by[(m, n)]
+            r = by.get((m, n))
+            if r is None:
+                cells.append("-")
+                continue
             ex = "" if r["exact"] is None else (" exact" if r["exact"] else " **not exact**")
             cells.append(f"{r['median_s'] * 1e3:,.1f} ms{ex}")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    lines += ["", EXACT_NOTE]
+    return "\n".join(lines)
+
+
+def markdown_table(res: dict) -> str:
+    lengths = sorted({r["prefix_tokens"] for r in res["results"]})
+    by = {(r["method"], r["prefix_tokens"]): r for r in res["results"]}
+    lines = [method_table(res)]
     rat = res["ratios"]
     lines += ["", "| ratio | " + " | ".join(f"{n:,}" for n in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
     for key, label in (("graft_vs_prefill", "prefill the prefix / graft alone"), ("ttft_fresh_vs_kvgraft", "TTFT fresh / kvgraft"),
@@ -286,10 +345,10 @@ def markdown_table(res: dict) -> str:
                        ("graft_vs_floor", "graft alone / floor")):
         lines.append(f"| {label} | " + " | ".join(f"{rat[str(n)][key]:,.1f}x" for n in lengths) + " |")
     e = res["decode_economy"]
-    lines += ["", f"Decode-token economy ({e['problems']} starter problems): fresh {e['fresh_decode_tokens']} decode tokens, "
-              f"{e['fresh_correct']}/{e['problems']} correct, {e['fresh_s']:.1f} s; from the library {e['graft_decode_tokens']} tokens, "
-              f"{e['graft_correct']}/{e['problems']} correct, {e['graft_s']:.1f} s: {e['token_ratio']:.0f}x fewer tokens, "
-              f"{e['time_ratio']:.0f}x less time; {e['exact_grafts']}/{e['problems']} grafts exact."]
+    lines += ["", (f"Decode-token economy ({e['problems']} starter problems): fresh {e['fresh_decode_tokens']} decode tokens, "
+                   f"{e['fresh_correct']}/{e['problems']} correct, {e['fresh_s']:.1f} s; from the library {e['graft_decode_tokens']} tokens, "
+                   f"{e['graft_correct']}/{e['problems']} correct, {e['graft_s']:.1f} s: {e['token_ratio']:.0f}x fewer tokens, "
+                   f"{e['time_ratio']:.0f}x less time; {e['exact_grafts']}/{e['problems']} grafts exact.")]
     xs = {x["prefix_tokens"]: x for x in res["prefixes"]}
     if all("graft_alone_uncompacted_s" in xs[n] for n in lengths):
         lines += ["", "| compaction | " + " | ".join(f"{n:,}" for n in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
@@ -299,11 +358,14 @@ def markdown_table(res: dict) -> str:
                                 ("graft_alone_s", "graft alone, compacted (ms)", "ms")):
             cells = [f"{xs[n][key] * 1e3:,.1f}" if fmt == "ms" else fmt.format(xs[n][key]) for n in lengths]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
-        lines.append("| both exact | " + " | ".join("yes" if xs[n]["uncompacted_exact"] and by[("kvgraft", n)]["exact"] else "**no**"
-                                                for n in lengths) + " |")
-    kv = ", ".join(f"{k['type_k']}/{k['type_v']}{' (flash attn)' if k['flash_attn'] else ''}: {k['bytes_per_token']:,.0f} B/token, "
+        both = [(xs[n]["uncompacted_exact"], by[("kvgraft", n)]["exact"]) for n in lengths]
+        lines.append("| both exact | " + " | ".join("yes" if a is True and b is True else "not compared" if None in (a, b) else "**no**"
+                                                for a, b in both) + " |")
+    kv = ", ".join(f"{k['type_k']}/{k['type_v']}{' (flash attn)' if k['flash_attn'] else ''}: whole state "
+                   f"{k['state_bytes_per_token']:,.0f} B/token, stored (compacted) {k['stored_bytes_per_token']:,.0f} B/token, "
                    f"graft {'exact' if k['graft_exact'] else 'NOT exact'}" for k in res["kv_types"])
-    lines += ["", f"KV cache types at 1,024 tokens: {kv}."]
+    kv_n = sorted({k["prefix_tokens"] for k in res["kv_types"]})
+    lines += ["", f"KV cache types at {', '.join(f'{n:,}' for n in kv_n)} tokens: {kv}."]
     lines += ["", "Lookup latency: " + "; ".join(f"{r['entries']:,} entries: exact {r['exact_question_ms']:.3f} ms, longest prefix "
                                                  f"{r['longest_prefix_hit_ms']:.3f} ms (miss {r['longest_prefix_miss_ms']:.3f} ms)"
                                                  for r in res["library_scale"])]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Callable
 
 from engine.engine import Engine
 from engine.exactness import graft_vs_fresh
@@ -12,7 +12,6 @@ from .textgen import prefix_tokens
 
 PROBE_TEXT = " Question: which word in the text above came up most often, and why? Answer:"
 MAX_PREFIX = 3000
-SWA_EDGE = 512
 
 
 def sample_lengths(n: int, seed: int, max_len: int = MAX_PREFIX) -> list[int]:
@@ -25,6 +24,25 @@ def sample_lengths(n: int, seed: int, max_len: int = MAX_PREFIX) -> list[int]:
         hi = max(lo, (max_len - 1) * (i + 1) // n)
         out.append(rng.randint(lo, hi))
     return out
+
+
+def count_past_window(lengths: list[int], n_swa: int) -> int | None:
+    """How many prefix lengths exceed the model's sliding window (n_swa tokens); None for a model
+    without one (n_swa 0, e.g. llama): "past the window" means nothing there."""
+    if n_swa <= 0:
+        return None
+    return sum(1 for n in lengths if n > n_swa)
+
+
+def summary_line(result: dict) -> str:
+    """The one-line human summary `kvgraft selftest` prints."""
+    n = result["samples"]
+    n_swa = result.get("n_swa", 0)
+    window = ("the model has no sliding window" if result["past_sliding_window"] is None
+              else f"{result['past_sliding_window']} prefixes past the {n_swa}-token window")
+    return (f"{result['sha256_equal']}/{n} byte-equal logits, {result['tokens_equal']}/{n} equal greedy tokens, "
+            f"{result['argmax_agree']}/{n} argmax agree; max KL {result['kl_max']:.3g}, "
+            f"max |diff| {result['max_abs_diff']:.3g} ({window})")
 
 
 def run_selftest(
@@ -46,10 +64,12 @@ def run_selftest(
         details.append(d)
         if on_sample:
             on_sample(i + 1, samples, d)
+    n_swa = int(engine.model.info.n_swa)
     return {
         "samples": samples,
         "seed": seed,
-        "past_sliding_window": sum(1 for n in lengths if n > SWA_EDGE),
+        "n_swa": n_swa,
+        "past_sliding_window": count_past_window(lengths, n_swa),
         "sha256_equal": sum(d["sha256_equal"] for d in details),
         "argmax_agree": sum(d["argmax_agree"] for d in details),
         "tokens_equal": sum(d["tokens_equal"] for d in details),

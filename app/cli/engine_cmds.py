@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..doctor import doctor_report
-from ..selftest import run_selftest
+from ..selftest import run_selftest, summary_line
 from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors
 
 
@@ -65,10 +65,6 @@ def selftest(state, samples: int, seed: int, as_json: bool) -> None:
     if as_json:
         emit_json(result)
     else:
-        click.echo(
-            f"{result['sha256_equal']}/{samples} byte-equal logits, {result['tokens_equal']}/{samples} equal greedy tokens, "
-            f"{result['argmax_agree']}/{samples} argmax agree; max KL {result['kl_max']:.3g}, "
-            f"max |diff| {result['max_abs_diff']:.3g} ({result['past_sliding_window']} prefixes past the 512-token window)"
-        )
+        click.echo(summary_line(result))
     if not ok:
         sys.exit(EXIT_CHECK_FAILED)
