@@ -51,5 +51,6 @@ def doctor_report(engine: Engine) -> dict:
         "data_dir": str(data_dir()),
         "model_dir": str(model_dir()),
         "fingerprint": engine.fingerprint,
-        "fingerprint_info": engine.fingerprint_info,
+        "fingerprint_info": engine.fingerprint_info,  # compared: config and probe hashes
+        "environment": engine.environment,  # descriptive: recorded, never compared
     }

@@ -20,7 +20,10 @@ def main() -> int:
     from engine.errors import EngineError
 
     model_path, n_ctx = Path(sys.argv[1]), int(sys.argv[2])
-    engine = Engine.load(EngineConfig(model_path=model_path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx), model_sha256(model_path))
+    from app.runtime import probe_cache
+
+    engine = Engine.load(EngineConfig(model_path=model_path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx), model_sha256(model_path),
+                         probe_cache())
     _ = engine.layout  # probe once before taking cases
     print("ready", flush=True)
     with engine.session() as s:

@@ -19,7 +19,9 @@ def main() -> int:
     from engine.errors import EngineError
     from engine.session import Snapshot
 
-    engine = Engine.load(EngineConfig(model_path=Path(model_path)), model_sha256(Path(model_path)))
+    from app.runtime import probe_cache
+
+    engine = Engine.load(EngineConfig(model_path=Path(model_path)), model_sha256(Path(model_path)), probe_cache())
     results = []
     for case in json.loads(cases_file.read_text()):
         data = Path(case["file"]).read_bytes()
