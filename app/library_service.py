@@ -10,6 +10,7 @@ from typing import Callable
 from engine.engine import Engine
 from engine.errors import EngineError, FingerprintMismatch
 from engine.session import GraftResult, Session
+from library.errors import LibraryError
 from library.index import Library
 from library.records import LOCAL, Entry, ModelRecord
 from library.tokens import tokens_sha256
@@ -56,9 +57,35 @@ class LibraryService:
         self.library = library
         self._graft_buf = bytearray(0)  # reused by every graft: no page faults for a fresh allocation
         library.record_engine(engine.fingerprint, engine.fingerprint_info, engine.environment)
-        moved = library.relabel_fingerprint(engine.legacy_fingerprint, engine.fingerprint)
-        if moved:
-            log.info("relabelled %d entries from this engine's old-style fingerprint to its probe fingerprint", moved)
+        self._relabel_legacy()
+
+    def _relabel_legacy(self) -> None:
+        """Entries made by kvgraft before the probe fingerprint, under this engine's old-style
+        fingerprint, move to its probe fingerprint once one of them is shown to make this engine's
+        bits: its blob grafted here gives the fresh logits its receipt recorded. Otherwise (no
+        receipt to check, or a difference) they stay for `kvgraft verify --library --replay`."""
+        lib, engine = self.library, self.engine
+        samples = lib.legacy_samples(engine.legacy_fingerprint)
+        if not samples:
+            return
+        e = samples[0]
+        try:
+            probe = engine.model.tokenize(e.receipt["probe"], add_bos=False)
+            if tokens_sha256(probe) != e.receipt.get("probe_tokens_sha256"):
+                return
+            data = lib.read_blob(e, into=None)
+            with engine.session() as s:
+                s.graft_bytes(data, e.tokens)
+                s.prefill(probe)
+                same = logits_sha256(s.logits()) == e.receipt.get("fresh_logits_sha256")
+        except (KeyError, TypeError, EngineError, LibraryError) as exc:
+            log.info("old-style entries not relabelled: entry #%d could not be checked (%s)", e.id, exc)
+            return
+        if not same:
+            log.warning("old-style entries not relabelled: entry #%d gives other logits here than its receipt", e.id)
+            return
+        moved = lib.relabel_fingerprint(engine.legacy_fingerprint, engine.fingerprint)
+        log.info("relabelled %d entries from this engine's old-style fingerprint to its probe fingerprint", moved)
 
     def deposit(
         self,

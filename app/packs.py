@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime
 from collections import Counter
 import hashlib
+import json
 import os
 import logging
 import shutil
@@ -33,8 +34,8 @@ from .checker import get_checker
 from .library_service import LibraryService, model_record
 from .paths import data_dir
 from .problems import read_jsonl
+from .replay import parse_schedule, probe_text, schedule_of, signer_vouch
 from .replay import replay as run_replay
-from .replay import schedule_of
 
 log = logging.getLogger(__name__)
 
@@ -288,46 +289,58 @@ def _prove(service: LibraryService, reader: PackReader, tokens: list[list[int]],
     todo = []
     for i, e in enumerate(m.entries):
         schedule = _schedule(m.raw["entries"][i].get("schedule"))
-        if signer_name is not None:  # a trusted signer vouches for the states (and answers) it signed
-            out[i] = EntryProof(signed_proof(signer_name), engine.fingerprint, e.receipt, f"signer:{signer_name}", schedule)
+        if signer_name is not None:  # a trusted signer vouches for the states it signed, and for the answers it marks
+            vouched = m.raw["entries"][i].get("verified_by")
+            out[i] = EntryProof(signed_proof(signer_name), engine.fingerprint, e.receipt,
+                                signer_vouch(signer_name, vouched), schedule)
             continue
         here = lib.find_same(e.tokens_sha256, engine.fingerprint, e.kind, e.question, e.answer)
-        if here is not None and here.proven and here.damaged is None:  # already here and proven: nothing to replay
-            out[i] = EntryProof(here.proof, engine.fingerprint, here.receipt, here.vouched_by, here.schedule)
+        if here is not None and here.proven and here.damaged is None and here.blob_sha256 == address[e.blob_sha256]:
+            # the same text with the very same state is already here and proven: nothing to replay, nothing to add
+            out[i] = EntryProof(here.proof, engine.fingerprint, here.receipt, here.vouched_by, here.schedule,
+                                existing_id=here.id)
         elif replay:
             todo.append(i)
         else:
             out[i] = EntryProof(UNPROVEN, m.fingerprint, e.receipt, None, schedule)
-    total_tokens = sum(len(tokens[i]) for i in todo)
+    # one replay per distinct (tokens, state, schedule): entries that share a text and its state (many
+    # questions about one document) are proven together; each gets the replay's receipt where its
+    # probe is the one replayed, else none (its answers are then "not compared" until verify --replay)
+    groups: dict[tuple, list[int]] = {}
+    for i in todo:
+        e = m.entries[i]
+        key = (e.tokens_sha256, address[e.blob_sha256], json.dumps(_schedule(m.raw["entries"][i].get("schedule")), sort_keys=True))
+        groups.setdefault(key, []).append(i)
+    total_tokens = sum(len(tokens[g[0]]) for g in groups.values())
     done_tokens, spent = 0, 0.0
-    for k, i in enumerate(todo):
+    for k, members in enumerate(groups.values()):
+        i = members[0]
         e = m.entries[i]
         eta = f", about {spent / done_tokens * (total_tokens - done_tokens):.0f} s left" if done_tokens else ""
-        progress(f"checking (replay{eta})", k, len(todo))
+        progress(f"checking (replay{eta})", k, len(groups))
         schedule = _schedule(m.raw["entries"][i].get("schedule"))
         r = run_replay(engine, tokens[i], e.kind, e.question, schedule)
         if r.sha256 != address[e.blob_sha256]:
             raise PackError(
                 f"entry {i} ({_label(e)}): its blob is not the state of its text: a replay here gives "
                 f"{r.sha256[:16]}..., the pack's blob is {address[e.blob_sha256][:16]}...; nothing was imported")
-        out[i] = EntryProof(REPLAYED, engine.fingerprint, r.receipt, None, schedule or schedule_of(engine),
-                            replay_s=r.seconds, replay_tokens=len(tokens[i]))
+        for j in members:
+            same_probe = probe_text(m.entries[j].kind, m.entries[j].question) == r.receipt["probe"]
+            out[j] = EntryProof(REPLAYED, engine.fingerprint, r.receipt if same_probe else None, None,
+                                schedule or schedule_of(engine), replay_s=r.seconds if j == i else 0.0,
+                                replay_tokens=len(tokens[i]) if j == i else 0)
         done_tokens += len(tokens[i])
         spent += r.seconds
-    if todo:
-        progress("checking (replay)", len(todo), len(todo))
+    if groups:
+        progress("checking (replay)", len(groups), len(groups))
     return out
 
 
 def _schedule(raw) -> dict | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, dict) or not all(isinstance(raw.get(k), int) and not isinstance(raw.get(k), bool) and raw[k] >= 1
-                                            for k in ("n_batch", "n_ubatch")) or raw["n_ubatch"] > raw["n_batch"]:
-        raise PackError(f"manifest: an entry's schedule {str(raw)[:80]!r} is not {{n_batch, n_ubatch}} positive integers")
-    if raw["n_batch"] > 1 << 16:
-        raise PackError(f"manifest: an entry's schedule has n_batch {raw['n_batch']:,}, more than kvgraft replays")
-    return {"prefill": "chunks", "n_batch": raw["n_batch"], "n_ubatch": raw["n_ubatch"]}
+    try:
+        return parse_schedule(raw)
+    except ValueError as exc:
+        raise PackError(f"manifest: {exc}") from exc
 
 
 def _label(e) -> str:

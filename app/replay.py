@@ -34,12 +34,27 @@ def schedule_of(engine: Engine) -> dict:
     return {"prefill": "chunks", "n_batch": engine.config.n_batch, "n_ubatch": engine.config.n_ubatch}
 
 
+def parse_schedule(raw) -> dict | None:
+    """A recorded schedule, checked (ValueError naming the problem); None stays None (the default)."""
+    if raw is None:
+        return None
+    ok = isinstance(raw, dict) and all(isinstance(raw.get(k), int) and not isinstance(raw.get(k), bool) and raw[k] >= 1
+                                       for k in ("n_batch", "n_ubatch"))
+    if not ok or raw["n_ubatch"] > raw["n_batch"]:
+        raise ValueError(f"a schedule {str(raw)[:80]!r} is not {{n_batch, n_ubatch}}: positive integers, n_ubatch <= n_batch")
+    return {"prefill": "chunks", "n_batch": raw["n_batch"], "n_ubatch": raw["n_ubatch"]}
+
+
 def engine_for(engine: Engine, schedule: dict | None) -> Engine:
-    """`engine`, or one sharing its model with the batch shape the schedule names."""
+    """`engine`, or one sharing its model with the batch shape the schedule names.
+
+    A batch larger than this context is cut to n_ctx: an entry holds at most n_ctx tokens, so it is
+    decoded in the same chunks either way."""
+    schedule = parse_schedule(schedule)
     if not schedule:
         return engine
-    n_batch = int(schedule.get("n_batch", engine.config.n_batch))
-    n_ubatch = int(schedule.get("n_ubatch", min(n_batch, engine.config.n_ubatch)))
+    n_batch = min(schedule["n_batch"], engine.config.n_ctx)
+    n_ubatch = min(schedule["n_ubatch"], n_batch)
     if (n_batch, n_ubatch) == (engine.config.n_batch, engine.config.n_ubatch):
         return engine
     return engine.with_config(engine.config.replace(n_batch=n_batch, n_ubatch=n_ubatch))
@@ -69,3 +84,11 @@ def replay(engine: Engine, tokens: Sequence[int], kind: str, question: str | Non
     receipt = {"probe": probe, "probe_tokens_sha256": tokens_sha256(probe_tokens), "fresh_logits_sha256": fresh,
                "computed": "replay"}
     return Replay(canonical, raw, receipt, time.perf_counter() - t0)
+
+
+def signer_vouch(signer_name: str, verified_by) -> str | None:
+    """A trusted signer vouches for an answer only where its signed manifest says someone vouched
+    (a JSONL's stated answers stay stated even in a signed pack)."""
+    if not isinstance(verified_by, str) or not verified_by.strip():
+        return None
+    return f"signer:{signer_name} ({verified_by.strip()[:80]})"

@@ -26,7 +26,8 @@ from typing import Callable
 
 from engine.compare import compare_logits
 from engine.session import Snapshot
-from library.pack import PackReader, pack_sha256
+from engine.errors import EngineError
+from library.pack import PackError, PackReader, pack_sha256
 from library.records import REPLAYED, UNPROVEN, Entry, signed_proof
 from library.tokens import tokens_sha256
 
@@ -35,7 +36,7 @@ from .ask import GRAFT_ANSWER_TOKENS
 from .checker import get_checker
 from .library_service import LibraryService
 from .problems import ask_suffix
-from .replay import engine_for, probe_text
+from .replay import engine_for, parse_schedule, probe_text, signer_vouch
 
 RECEIPTS_VERSION = 2
 
@@ -83,11 +84,18 @@ def pack_items(reader: PackReader, pack_sha: str, trusted_signer: str | None = N
     format 3 pack) vouches for them, else a replay has to prove them."""
     m = reader.manifest
     proof = signed_proof(trusted_signer) if trusted_signer and m.format_version >= 3 else UNPROVEN
-    return [Item(f"pack:{pack_sha[:16]}#{i}", e.kind, e.text, e.question, e.answer, e.checker, e.n_tokens,
-                 e.tokens_sha256, e.blob_sha256, m.fingerprint, lambda s=e.blob_sha256: reader.read_blob(s), reader.compact,
-                 proof=proof, model_sha256=m.model_sha256, schedule=m.raw["entries"][i].get("schedule"),
-                 vouched_by=f"signer:{trusted_signer}" if proof != UNPROVEN and e.answer is not None else None)
-            for i, e in enumerate(m.entries)]
+    items = []
+    for i, e in enumerate(m.entries):
+        raw = m.raw["entries"][i]
+        try:
+            schedule = parse_schedule(raw.get("schedule"))
+        except ValueError as exc:
+            raise PackError(f"manifest: entry {i}: {exc}") from exc
+        vouched = signer_vouch(trusted_signer, raw.get("verified_by")) if proof != UNPROVEN and e.answer is not None else None
+        items.append(Item(f"pack:{pack_sha[:16]}#{i}", e.kind, e.text, e.question, e.answer, e.checker, e.n_tokens,
+                          e.tokens_sha256, e.blob_sha256, m.fingerprint, lambda s=e.blob_sha256: reader.read_blob(s),
+                          reader.compact, proof=proof, model_sha256=m.model_sha256, schedule=schedule, vouched_by=vouched))
+    return items
 
 
 def _probes(item: Item, model, samples: int) -> list[list[int]]:
@@ -130,7 +138,14 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
     snap = Snapshot(data, tuple(tokens), engine.fingerprint, item.blob_sha256) if usable else None
 
     if replay and snap is not None:
-        eng = engine_for(engine, item.schedule)
+        try:
+            eng = engine_for(engine, item.schedule)
+        except (ValueError, EngineError) as exc:  # a schedule this engine cannot follow: no replay, no proof
+            checks["replay_ok"], checks["replay_error"], checks["probes"] = False, str(exc), []
+            eng = None
+    if replay and snap is not None and eng is not None:
+        if eng is not engine:  # the snapshot is grafted into contexts of the schedule's engine
+            snap = Snapshot(data, tuple(tokens), eng.fingerprint, item.blob_sha256)
         probes = _probes(item, model, samples)
         records = []
         for k, probe in enumerate(probes):
@@ -160,14 +175,18 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
         else:
             proven = True
             checks["proven_by_replay"] = item.proof == UNPROVEN or not same_fp
-    elif not same_fp and snap is not None:
+    if replay and checks.get("replay_ok") is False:
+        if "replay" not in failures:
+            failures.append("replay")
+        proven = False
+    elif not replay and not same_fp and snap is not None:
         checks["graftable"] = False
         failures.append("fingerprint")  # not shown to make this engine's bits: --replay can show it
 
     if item.kind == "solution" and item.question and item.answer is not None and snap is not None and proven:
         suffix = model.tokenize(ask_suffix(item.question), add_bos=False)
         with engine.session() as s:
-            s.graft(snap, bytes_verified=True)
+            s.graft(Snapshot(data, tuple(tokens), engine.fingerprint, item.blob_sha256), bytes_verified=True)
             s.prefill(suffix)
             gen = s.generate(GRAFT_ANSWER_TOKENS, stop=["\n"])
         decoded = gen.text.strip()
@@ -185,9 +204,16 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
 
 def record_proof(service: LibraryService, item: Item, result: dict) -> bool:
     """A library entry that a replay just proved (it was unproven, or under an old-style fingerprint):
-    record proof "replayed" and the receipt computed here. Returns whether it did."""
+    record proof "replayed" and the receipt computed here. Returns whether it did. A proven entry
+    whose replay here does not reproduce its state becomes unproven (never grafted again)."""
     c = result["checks"]
-    if item.entry_id is None or not result["ok"] or not c.get("proven_by_replay"):
+    if item.entry_id is None:
+        return False
+    if c.get("replay_ok") is False and item.proof != UNPROVEN and item.fingerprint == service.engine.fingerprint:
+        service.library.set_proof(item.entry_id, UNPROVEN, item.fingerprint, None)
+        return False
+    if not c.get("proven_by_replay") or not c.get("blob_ok") or not c.get("tokens_ok") \
+            or not all(p["equal"] for p in c.get("probes", [])):
         return False
     first = c["probes"][0]
     probe = _probes(item, service.engine.model, 1)[0]

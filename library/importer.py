@@ -42,6 +42,7 @@ class EntryProof:
     schedule: dict | None
     replay_s: float | None = None
     replay_tokens: int = 0
+    existing_id: int | None = None  # proven by an entry already here with the same text and state
 
 
 def commit_pack(
@@ -103,15 +104,24 @@ def commit_pack(
                 }).last_pk
             for e, t, pr in zip(entries, tokens, proofs):
                 same = lib.find_same(e.tokens_sha256, pr.fingerprint, e.kind, e.question, e.answer)
-                if same is not None and (same.proven or pr.proof == UNPROVEN):
+                if pr.existing_id is not None:  # its proof is that entry: it must still be there, unchanged
+                    if same is None or same.id != pr.existing_id or same.blob_sha256 != address[e.blob_sha256] or not same.proven:
+                        raise LibraryError("the library changed while the pack was imported (an entry it matched was "
+                                           "removed or changed); nothing was imported: import it again")
+                    skipped += 1
+                    continue
+                if same is not None and same.damaged is None and (same.proven or pr.proof == UNPROVEN):
                     skipped += 1
                     continue
                 receipt = json.dumps(pr.receipt, sort_keys=True) if pr.receipt else None
                 schedule = json.dumps(pr.schedule, sort_keys=True) if pr.schedule else None
-                if same is not None:  # an unproven twin, proven now: it takes the proven state
+                if same is not None:  # an unproven or damaged twin, proven now: it takes the proven state
+                    vouched = pr.vouched_by if e.answer is not None else None
                     lib.db.execute("UPDATE entries SET blob_sha256 = ?, blob_size = ?, proof = ?, receipt = ?, schedule = ?, "
-                                   "damaged = NULL WHERE id = ?",
-                                   [address[e.blob_sha256], e.blob_size, pr.proof, receipt, schedule, same.id])
+                                   "damaged = NULL, vouched_by = coalesce(?, vouched_by), "
+                                   "verified_at = CASE WHEN ? IS NULL THEN verified_at ELSE ? END WHERE id = ?",
+                                   [address[e.blob_sha256], e.blob_size, pr.proof, receipt, schedule, vouched, vouched,
+                                    now(), same.id])
                     imported += 1
                     continue
                 t_now = now()

@@ -33,8 +33,9 @@ from .schema import insert_prefix_keys, migrations
 from .tokens import PREFIX_BLOCK, pack_tokens, prefix_keys, tokens_sha256
 
 BUSY_TIMEOUT_S = 60.0
-# what makes an entry graftable besides its fingerprint (SQL over `entries e`; Entry.graftable in Python)
-GRAFTABLE = "e.damaged IS NULL AND e.proof <> 'unproven'"
+# what makes an entry graftable besides its fingerprint (SQL over `entries e`; Entry.graftable in Python):
+# intact, and one of the proofs that records.PROVEN_PREFIXES lists
+GRAFTABLE = "e.damaged IS NULL AND (e.proof IN ('local', 'replayed') OR e.proof LIKE 'signed:_%')"
 
 
 def now() -> str:
@@ -241,7 +242,7 @@ class Library:
         """Record a proof of origin found for an entry (a replay here reproduced its state), with the
         fingerprint of the engine that found it and the receipt computed there."""
         with self.write():
-            self.db.execute("UPDATE entries SET proof = ?, fingerprint = ?, receipt = coalesce(?, receipt) WHERE id = ?",
+            self.db.execute("UPDATE entries SET proof = ?, fingerprint = ?, receipt = ? WHERE id = ?",
                             [proof, fingerprint, json.dumps(receipt, sort_keys=True) if receipt else None, entry_id])
         return self.get(entry_id)
 
@@ -256,6 +257,25 @@ class Library:
     def engine_info(self, fingerprint: str) -> dict | None:
         row = self.db.execute("SELECT info, environment FROM engines WHERE fingerprint = ?", [fingerprint]).fetchone()
         return {"info": json.loads(row[0]), "environment": json.loads(row[1])} if row else None
+
+    def revoke_signer(self, key_id: str) -> int:
+        """A signer is no longer trusted: the entries its packs proved become unproven, and the
+        answers it vouched for become stated. Returns how many entries changed."""
+        with self.write():
+            n = self.db.execute("UPDATE entries SET proof = 'unproven' WHERE proof LIKE 'signed:%' AND pack_id IN "
+                                "(SELECT id FROM packs WHERE signer = ?)", [key_id]).rowcount
+            self.db.execute("UPDATE entries SET vouched_by = NULL, verified_at = NULL WHERE vouched_by LIKE 'signer:%' "
+                            "AND pack_id IN (SELECT id FROM packs WHERE signer = ?)", [key_id])
+        return n
+
+    def legacy_samples(self, legacy: str, limit: int = 3) -> list[Entry] | None:
+        """Up to `limit` intact entries with a receipt still under an old-style fingerprint, newest
+        first; None when no entry at all is under it (nothing to relabel)."""
+        if self.db.execute("SELECT 1 FROM entries WHERE fingerprint = ? LIMIT 1", [legacy]).fetchone() is None:
+            return None
+        return [Entry.from_row(r) for r in self.db.query(
+            "SELECT * FROM entries WHERE fingerprint = ? AND receipt IS NOT NULL AND damaged IS NULL ORDER BY id DESC LIMIT ?",
+            [legacy, limit])]
 
     def relabel_fingerprint(self, legacy: str, fingerprint: str) -> int:
         """Move entries made under an old-style fingerprint (version 1, which hashed the CPU feature
@@ -317,7 +337,7 @@ class Library:
         rows = list(self.db.query("SELECT * FROM entries WHERE question_key = ? ORDER BY id DESC", [key]))
         entries = [Entry.from_row(r) for r in rows]
         if fingerprint is not None:
-            entries.sort(key=lambda e: (not e.graftable(fingerprint), e.answer is None))
+            entries.sort(key=lambda e: (not e.graftable(fingerprint), not e.verified, e.answer is None))
         return entries[0] if entries else None
 
     def longest_prefix(self, tokens: Sequence[int], fingerprint: str) -> Entry | None:

@@ -62,7 +62,8 @@ class Entry:
 
     @property
     def proven(self) -> bool:
-        return self.proof != UNPROVEN
+        """local, replayed or signed:<name>: any other value (unproven, empty, unknown) is not a proof."""
+        return self.proof in (LOCAL, REPLAYED) or (self.proof.startswith("signed:") and len(self.proof) > 7)
 
     def graftable(self, fingerprint: str) -> bool:
         """This engine may graft the state: made under its fingerprint, intact, and of proven origin."""

@@ -138,17 +138,26 @@ def test_signed_pack_from_trusted_key_grafts_without_replay(engine, run, tmp_pat
         service = LibraryService(engine, lib)
         e = service.deposit_solution("How many lamps light the copper bridge?", "Four on each side: 4 + 4 = 8.", "8",
                                      vouched_by="checker:numeric").entry
-        export_pack(lib, [e], tmp_path / "signed.kvpack", sign_key=tmp_path / "alice.key")
+        stated = service.deposit_solution("How many boats are moored?", "Two and three: 5.", "5").entry  # nobody vouched
+        export_pack(lib, [e, stated], tmp_path / "signed.kvpack", sign_key=tmp_path / "alice.key")
     # trusted: no replay runs (a replay here would raise), the signer vouches for the state and the answer
     assert run(cli, ["keys", "trust", key.public_key_b64, "--name", "alice"]).exit_code == 0
     monkeypatch.setattr(packs_mod, "run_replay", lambda *a, **k: pytest.fail("a trusted signed pack was replayed"))
     r = run(cli, ["import", str(tmp_path / "signed.kvpack"), "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["replayed"] == 0, r.output
-    [entry] = json.loads(run(cli, ["list", "--json", "--check"]).stdout)
-    assert entry["proof"] == "signed:alice" and entry["graftable"] is True and entry["verified_by"] == "signer:alice"
+    entry, other = json.loads(run(cli, ["list", "--json", "--check"]).stdout)
+    assert entry["proof"] == "signed:alice" and entry["graftable"] is True
+    assert entry["verified_by"] == "signer:alice (checker:numeric)"  # the signer passes on who vouched
+    assert other["proof"] == "signed:alice" and other["verified"] is False  # a stated answer stays stated, signed or not
     a = json.loads(run(cli, ["ask", "How many lamps light the copper bridge?", "--json"]).stdout)
     assert a["source"] == "graft" and a["proof"] == "signed:alice" and a["exact"] is True
-    assert a["verified"] is True and a["verified_by"] == "signer:alice" and a["verified_answer"] == "8"
+    assert a["verified"] is True and a["verified_by"] == "signer:alice (checker:numeric)" and a["verified_answer"] == "8"
+    # no longer trusted: what the key proved is unproven again, and its vouching is gone
+    key_id = run(cli, ["keys", "list"]).stdout.split("trusted  ")[1].split()[0]
+    r = run(cli, ["keys", "untrust", key_id])
+    assert r.exit_code == 0 and "2 entries it signed are unproven now" in r.stdout
+    entry = json.loads(run(cli, ["list", "--json", "--check"]).stdout)[0]
+    assert entry["proof"] == "unproven" and entry["graftable"] is False and entry["verified"] is False
 
 
 def test_untrusted_signer_is_replayed(engine, run, tmp_path, monkeypatch):
@@ -195,15 +204,32 @@ def test_confirmed_deposit_is_verified_by_you(run):
     assert run(cli, ["deposit", "--text", "x", "--confirmed"]).exit_code == 2  # --confirmed needs an --answer
 
 
+def _as_legacy(lib, entry_id, fingerprint, receipt=None):
+    """Make an entry look as kvgraft before the probe fingerprint stored it."""
+    lib.db.execute("UPDATE entries SET fingerprint = ?, receipt = coalesce(?, receipt) WHERE id = ?",
+                   [fingerprint, json.dumps(receipt) if receipt else None, entry_id])
+    lib.db.conn.commit()
+
+
 def test_legacy_fingerprint_relabelled_when_this_engine_opens(engine, tmp_path):
     with Library(tmp_path / "lib") as lib:
-        mine = lib.add_entry(kind="document", text="a", tokens=[2, 5], blob=b"x" * 64,
-                             fingerprint=engine.legacy_fingerprint)[0]
-        other = lib.add_entry(kind="document", text="b", tokens=[2, 6], blob=b"y" * 64, fingerprint="cd" * 32)[0]
-        LibraryService(engine, lib)
-        assert lib.get(mine.id).fingerprint == engine.fingerprint
+        service = LibraryService(engine, lib)
+        mine = service.deposit("Eleven kites fly over the dunes at dawn.").entry
+        other = service.deposit("Twelve lanterns hang in the quiet arcade.").entry
+        _as_legacy(lib, mine.id, engine.legacy_fingerprint)
+        _as_legacy(lib, other.id, "cd" * 32)
+        LibraryService(engine, lib)  # opening it checks one old-style entry against its receipt, then relabels
+        assert lib.get(mine.id).fingerprint == engine.fingerprint and lib.get(mine.id).graftable(engine.fingerprint)
         assert lib.get(other.id).fingerprint == "cd" * 32  # made elsewhere: needs verify --replay
         assert lib.db.execute("SELECT entries FROM fingerprint_relabels").fetchone()[0] == 1
+
+
+def test_legacy_entries_not_relabelled_when_their_receipt_differs(engine, tmp_path):
+    with Library(tmp_path / "lib") as lib:
+        e = LibraryService(engine, lib).deposit("Thirteen bells hang in the north tower.").entry
+        _as_legacy(lib, e.id, engine.legacy_fingerprint, {**e.receipt, "fresh_logits_sha256": "0" * 64})
+        LibraryService(engine, lib)
+        assert lib.get(e.id).fingerprint == engine.legacy_fingerprint  # other bits here: left for verify --replay
 
 
 def test_receipts_check_fails_when_the_recorded_run_failed(packs, run, tmp_path):

@@ -8,6 +8,7 @@ import click
 
 from library.signing import generate_key, public_identity
 
+from ..library_service import open_library
 from ..packs import keys_dir, trust_store
 from .common import emit_json, handle_errors
 
@@ -68,7 +69,10 @@ def list_keys(as_json: bool) -> None:
 @click.option("--name", required=True, help="Whose key this is.")
 @handle_errors
 def trust(public_key: str, name: str) -> None:
-    """Trust the signer with this base64 Ed25519 PUBLIC_KEY (for import --require-signed)."""
+    """Trust the signer with this base64 Ed25519 PUBLIC_KEY.
+
+    The states of a pack it signs are then grafted without a replay here (proof signed:NAME), and
+    import --require-signed accepts its packs. Trust only keys of people whose packs you would run."""
     click.echo(f"trusted {trust_store().trust(public_key, name)} ({name})")
 
 
@@ -79,4 +83,7 @@ def untrust(key_id: str) -> None:
     """Stop trusting the key KEY_ID."""
     if not trust_store().untrust(key_id):
         raise click.UsageError(f"{key_id} is not a trusted key")
-    click.echo(f"no longer trusted: {key_id}")
+    with open_library() as lib:
+        n = lib.revoke_signer(key_id)
+    click.echo(f"no longer trusted: {key_id}" + (f"; {n} entries it signed are unproven now (kvgraft verify --library "
+                                                   "--replay can prove them)" if n else ""))
