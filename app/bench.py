@@ -197,13 +197,13 @@ def decode_economy(engine: Engine, lib: Library, n: int, say) -> dict:
         rows.append({"id": p.id, "fresh_tokens": fresh.tokens_decoded, "fresh_s": fresh.wall_ms / 1e3,
                      "fresh_ok": get_checker("final_number")(fresh.answer, p.answer),
                      "graft_tokens": graft.tokens_decoded, "graft_s": graft.wall_ms / 1e3,
-                     "graft_ok": bool(graft.answer_checked), "exact": graft.receipt_match is True})
+                     "graft_ok": bool(graft.answer_checked), "exact": graft.exact})
     ft, gt = sum(r["fresh_tokens"] for r in rows), sum(r["graft_tokens"] for r in rows)
     fs, gs = sum(r["fresh_s"] for r in rows), sum(r["graft_s"] for r in rows)
     return {"problems": len(rows), "fresh_decode_tokens": ft, "graft_decode_tokens": gt, "token_ratio": ft / max(1, gt),
             "fresh_s": fs, "graft_s": gs, "time_ratio": fs / max(1e-9, gs),
             "fresh_correct": sum(r["fresh_ok"] for r in rows), "graft_correct": sum(r["graft_ok"] for r in rows),
-            "exact_grafts": sum(r["exact"] for r in rows), "rows": rows}
+            "exact_grafts": sum(r["exact"] is True for r in rows), "rows": rows}
 
 
 KV_KINDS = (("f16", "f16", False), ("q8_0", "q8_0", True))
@@ -290,7 +290,8 @@ def run_bench(engine: Engine, quick: bool, say: Callable[[str], None] = lambda m
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "quick": quick,
         "fingerprint": engine.fingerprint,
-        "environment": engine.fingerprint_info,
+        "fingerprint_info": engine.fingerprint_info,
+        "environment": engine.environment,
         "n_ctx": engine.config.n_ctx,
         "results": results,
         "prefixes": extras,

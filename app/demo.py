@@ -65,7 +65,7 @@ def recurring_case(service: LibraryService, say: Callable[[str], None], budget: 
             "graft_ok": bool(graft.answer_checked) and graft.source == "graft",
             "graft_decode_tokens": graft.tokens_decoded, "graft_prefill_tokens": graft.tokens_prefilled,
             "tokens_restored": graft.tokens_restored, "graft_ms": graft.graft_ms, "graft_s": graft.wall_ms / 1e3,
-            "exact": graft.receipt_match is True, "proof": graft.proof, "verified_by": graft.verified_by,
+            "exact": graft.exact, "proof": graft.proof, "verified_by": graft.verified_by,
         })
     return {"problems_jsonl_sha256": _sha(jsonl.read_bytes()), "pack": pack, "build_s": build_s, "rows": rows,
             "fresh_budget": budget}
@@ -119,7 +119,7 @@ def run_demo(engine: Engine, on_step: Callable[[str], None] | None = None, budge
             "max_graft_decode_tokens": max(r["graft_decode_tokens"] for r in rows),
             "fresh_s": sum(r["fresh_s"] for r in rows), "graft_s": sum(r["graft_s"] for r in rows),
             "tokens_restored": sum(r["tokens_restored"] for r in rows),
-            "exact_grafts": sum(r["exact"] for r in rows),
+            "exact_grafts": sum(r["exact"] is True for r in rows),
             "rows": rows,
         },
         "timing": timing,

@@ -12,7 +12,7 @@ from .problems import Problem, fresh_prompt
 
 
 def _with_related(service: LibraryService, p: Problem, budget: int) -> dict | None:
-    """Graft the best related verified entry (FTS), then ask the new question fresh after it."""
+    """Graft the best related proven solution (FTS), then ask the new question fresh after it."""
     engine, lib = service.engine, service.library
     candidates = [e for e in lib.related(p.question, engine.fingerprint, limit=5) if e.kind == "solution"]
     if not candidates:

@@ -52,7 +52,7 @@ class EntriesModel(QAbstractTableModel):
             if col == 5:
                 return row.source
             if col == 6:
-                return "checking / unproven" if row.proof == "unproven" else row.proof
+                return row.proof
             if col == 7:
                 if row.damaged:
                     return "damaged"

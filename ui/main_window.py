@@ -78,7 +78,7 @@ class MainWindow(QMainWindow):
         lay = QVBoxLayout(w)
         row = QHBoxLayout()
         self.question = QLineEdit()
-        self.question.setPlaceholderText("Ask a question (answered from the library when it holds a verified entry)")
+        self.question.setPlaceholderText("Ask a question (answered by graft when the library holds a proven entry for it)")
         self.question.returnPressed.connect(self.ask)
         self.ask_button = QPushButton("Ask")
         self.ask_button.clicked.connect(self.ask)
@@ -93,7 +93,7 @@ class MainWindow(QMainWindow):
         self.provenance.setWordWrap(True)
         self.provenance.setTextInteractionFlags(Qt.TextSelectableByMouse)
         lay.addWidget(self.provenance)
-        self.deposit_button = QPushButton("Deposit this answer as verified...")
+        self.deposit_button = QPushButton("Confirm and deposit this answer...")
         self.deposit_button.setEnabled(False)
         self.deposit_button.clicked.connect(self._deposit_answer)
         lay.addWidget(self.deposit_button, 0, Qt.AlignLeft)
@@ -232,7 +232,9 @@ class MainWindow(QMainWindow):
 
     def _on_verified(self, out: dict) -> None:
         if out["ok"]:
-            self.notify("Verify", f"{out['entries']} entries: every check passed")
+            unproven = out.get("unproven", 0)
+            self.notify("Verify", f"{out['entries']} entries: every check that ran passed"
+                        + (f"; {unproven} unproven (not grafted, no answer check: replay proves them)" if unproven else ""))
         else:
             self.notify("Verify", "\n".join(f"{f['entry']}: {f['check']}" for f in out["failures"]), error=True)
 
@@ -255,8 +257,8 @@ class MainWindow(QMainWindow):
         r = self.last_answer
         if not r:
             return
-        answer, ok = QInputDialog.getText(self, "Deposit as verified",
-                                          "The verified answer (confirm or correct it):", text=r["answer"].splitlines()[0][:200])
+        answer, ok = QInputDialog.getText(self, "Confirm and deposit",
+                                          "The right answer (you vouch for it; confirm or correct it):", text=r["answer"].splitlines()[0][:200])
         if ok and answer.strip():
             self.client.request_deposit_solution.emit(r["question"], r["answer"], answer.strip())
 

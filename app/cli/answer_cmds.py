@@ -29,7 +29,7 @@ from .common import EXIT_CHECK_FAILED, EXIT_INPUT, emit_json, engine_options, ha
 @engine_options
 @handle_errors
 def ask(state, question, context_file, budget, no_library, as_json) -> None:
-    """Answer a question: by graft from a verified entry, from a stored prefix, or fresh.
+    """Answer a question: by graft from a proven entry for it, from a stored prefix, or fresh.
 
     The answer streams to stdout as it is decoded, then its provenance follows on stderr.
     """
@@ -57,8 +57,8 @@ def ask(state, question, context_file, budget, no_library, as_json) -> None:
 @click.command()
 @click.argument("problems", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--budget", type=click.IntRange(1), default=256, show_default=True, help="Decode-token budget per fresh attempt.")
-@click.option("--related", is_flag=True, help="Also try each unsolved problem after grafting the best related verified entry.")
-@click.option("--no-deposit", is_flag=True, help="Do not deposit newly verified solutions.")
+@click.option("--related", is_flag=True, help="Also try each unsolved problem after grafting the best related proven solution.")
+@click.option("--no-deposit", is_flag=True, help="Do not deposit solutions the checker confirmed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the per-problem and total results as JSON.")
 @engine_options
 @handle_errors

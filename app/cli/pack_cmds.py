@@ -25,7 +25,7 @@ from .keys_cmds import resolve_key
 @click.option("--json", "as_json", is_flag=True, help="Print file, entries, blobs, bytes and sha256 as JSON.")
 @handle_errors
 def export(entry_ids, output, query, all_, sign, as_json) -> None:
-    """Write entries (by id, by --query, or --all) to a verified solution pack."""
+    """Write entries (by id, by --query, or --all) to a solution pack (proven entries only)."""
     if sum(bool(x) for x in (entry_ids, query, all_)) != 1:
         raise click.UsageError("choose the entries: IDs, --query TEXT or --all (exactly one)")
     with open_library() as lib:
@@ -53,7 +53,7 @@ def export(entry_ids, output, query, all_, sign, as_json) -> None:
 @engine_options
 @handle_errors
 def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
-    """Import verified solution packs; each is checked completely, then imported whole or refused.
+    """Import solution packs; each is checked completely, then imported whole or refused.
 
     A state is opaque, so its origin is proven before it can be grafted: entries of a pack signed
     by a key you trust are taken as signed; every other entry is replayed here (one prefill each)
