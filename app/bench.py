@@ -39,7 +39,7 @@ from .ask import ask
 from .bench_scale import lookup_scale
 from .checker import get_checker
 from .library_service import LibraryService
-from .problems import starter_problems
+from .problems import GENERATOR, starter_problems
 from .textgen import prefix_tokens
 
 QUESTION = " Question: which word in the text above came up most often, and how often did it come up? Answer:"
@@ -191,7 +191,7 @@ def decode_economy(engine: Engine, lib: Library, n: int, say) -> dict:
     rows = []
     for p in problems:
         say(f"decode economy: {p.id}")
-        service.deposit_solution(p.question, p.solution, p.answer)
+        service.deposit_solution(p.question, p.solution, p.answer, vouched_by=GENERATOR)
         fresh = ask(service, p.question, budget=96, use_library=False)
         graft = ask(service, p.question)
         rows.append({"id": p.id, "fresh_tokens": fresh.tokens_decoded, "fresh_s": fresh.wall_ms / 1e3,

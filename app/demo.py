@@ -27,12 +27,10 @@ from .checker import get_checker
 from .library_service import LibraryService, open_library
 from .packs import build_pack
 from .paths import data_dir
-from .problems import DOCUMENT_PROBE, starter_problems, write_jsonl
+from .problems import DOCUMENT_PROBE, GENERATOR, starter_problems, write_jsonl
 from .textgen import synthetic_text
 
 N_PROBLEMS = 24
-# The starter problems' answers are computed by their generator (app/problems.py), a program: it vouches for them.
-GENERATOR = "generator:starter-problems"
 FRESH_BUDGET = 96
 TIMING_WORDS = (760, 1520, 2280)  # about 1K, 2K and 3K tokens of synthetic text
 

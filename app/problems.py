@@ -43,6 +43,9 @@ def fresh_prompt(question: str) -> str:
 
 DOCUMENT_PROBE = "\n\nQ: What is the text above about?\nA:"
 
+# The starter problems' answers are computed by their generator (below), a program: it vouches for them.
+GENERATOR = "generator:starter-problems"
+
 # -- the generator ---------------------------------------------------------------------------
 
 _PLACES = ["depot", "warehouse", "harbor store", "mountain hut", "village granary", "river mill", "market stall", "rail yard"]
