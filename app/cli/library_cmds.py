@@ -261,6 +261,8 @@ def stats(n_ctx, as_json) -> None:
             f"bytes per stored token: {bpt} on disk ({cbpt} uncompacted)\n"
             f"usable context: {res['context_multiple']:,.2f} x n_ctx {n_ctx:,}"
             + (f"\n{res['damaged']} damaged entries (run kvgraft fsck)" if res["damaged"] else "")
+            + (f"\n{res['unproven']} unproven entries, never grafted (kvgraft verify --library --replay proves them)"
+               if res["unproven"] else "")
             + (f"\n{res['uncompacted_blobs']} blobs from before compaction (run kvgraft fsck --repair to compact them)"
                if res["uncompacted_blobs"] else "")
         )
