@@ -23,6 +23,7 @@ from library.tokens import tokens_sha256
 from .checker import get_checker
 from .library_service import LibraryService
 from .problems import ask_suffix, fresh_prompt
+from .replay import decode_in_calls
 
 GRAFT_ANSWER_TOKENS = 24  # an answer copied from a graft is a few tokens and a newline
 
@@ -47,6 +48,8 @@ class AskResult:
     verified: bool = False  # the stored answer for this question was vouched for
     verified_by: str | None = None  # who vouched: checker:<name>, generator:<name>, signer:<key name>, you
     stored_answer: str | None = None  # a stored answer nobody vouched for (stated by its author)
+    answer_ready: bool = False  # grafted the solution's answer-ready state (text + question but its last token)
+    ttft_ms: float | None = None  # from the call to the first answer token
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -100,16 +103,22 @@ def ask(
 
     if entry is not None and entry.graftable(fp):
         suffix = model.tokenize(ask_suffix(question), add_bos=False)
-        with engine.session() as s:
-            g = service.graft(s, entry)
-            s.prefill(suffix)
-            receipt_match = _compare_with_receipt(s, entry, suffix)
+        ready = service.answer_ready(entry)
+        if ready is not None and ready.tokens[entry.n_tokens :] != suffix[:-1]:
+            ready = None  # asked in other words than the stored question: its answer-ready state does not apply
+        with service.session() as s:
+            if ready is not None:  # graft the text and question but one token, decode that one token
+                g, ref, rest = service.graft(s, ready), ready, suffix[-1:]
+            else:  # graft the text, decode the question suffix (in the calls its receipt recorded)
+                g, ref, rest = service.graft(s, entry), entry, suffix
+            decode_in_calls(s, rest, _receipt_calls(ref, rest))
+            receipt_match = _compare_with_receipt(s, ref, rest)
             gen = s.generate(GRAFT_ANSWER_TOKENS, stop=["\n"], on_token=on_token)
         answer = gen.text.strip()
         return AskResult(question, answer, verified, checker(answer, verified) if verified is not None else None,
-                         "graft", entry.id, g.n_tokens, g.total_ms, len(suffix), len(gen.tokens),
+                         "graft", entry.id, g.n_tokens, g.total_ms, len(rest), len(gen.tokens),
                          receipt_match, receipt_match, (time.perf_counter() - t0) * 1e3, gen.stop_reason,
-                         proof=entry.proof, **words)
+                         proof=ref.proof, answer_ready=ready is not None, ttft_ms=_ttft(gen, t0), **words)
 
     if context is not None:
         prompt = model.tokenize(context) + model.tokenize("\n" + ask_suffix(question), add_bos=False)
@@ -121,11 +130,11 @@ def ask(
     # at least the prompt's last token is always decoded here, so logits exist to start from
     prefix = lib.longest_prefix(prompt[:-1], fp) if use_library and len(prompt) > 1 else None
     receipt_match = None
-    with engine.session() as s:
+    with service.session() as s:
         if prefix is not None:
             g = service.graft(s, prefix)
             rest = prompt[prefix.n_tokens :]
-            s.prefill(rest)
+            decode_in_calls(s, rest, _receipt_calls(prefix, rest))
             receipt_match = _compare_with_receipt(s, prefix, rest)
             source, restored, graft_ms, prefilled = "prefix", g.n_tokens, g.total_ms, len(rest)
         else:
@@ -136,4 +145,19 @@ def ask(
     return AskResult(question, answer, verified, checker(answer, verified) if verified is not None else None,
                      source, prefix.id if source == "prefix" else None, restored, graft_ms, prefilled, len(gen.tokens),
                      receipt_match, receipt_match, (time.perf_counter() - t0) * 1e3, gen.stop_reason,
-                     proof=prefix.proof if source == "prefix" else None, **words)
+                     proof=prefix.proof if source == "prefix" else None, ttft_ms=_ttft(gen, t0), **words)
+
+
+def _receipt_calls(entry, continuation) -> list[int] | None:
+    """The decode calls the entry's receipt used for this continuation (so the comparison is in the
+    same schedule), or None (one call) when the receipt is for another continuation."""
+    r = entry.receipt or {}
+    calls = r.get("probe_calls")
+    if r.get("probe_tokens_sha256") != tokens_sha256(continuation) or not isinstance(calls, list):
+        return None
+    return calls if sum(calls) == len(continuation) and all(isinstance(c, int) and c >= 1 for c in calls) else None
+
+
+def _ttft(gen, t0: float) -> float | None:
+    """Milliseconds from the call to the first answer token (None when none was decoded)."""
+    return (gen.first_token_at - t0) * 1e3 if gen.first_token_at else None

@@ -36,6 +36,7 @@ from library.index import Library
 
 from . import __version__
 from .ask import ask
+from .bench_recurring import recurring, recurring_table
 from .bench_scale import lookup_scale
 from .checker import get_checker
 from .library_service import LibraryService
@@ -280,6 +281,7 @@ def run_bench(engine: Engine, quick: bool, say: Callable[[str], None] = lambda m
                 results += peer_methods(engine, peer, n, peer_runs, say)
         finally:
             peer.close()
+        recurring_rows = [recurring(engine, lib, n, runs, say) for n in lengths]
         economy = decode_economy(engine, lib, 4 if quick else 8, say)
     say("library scale: lookup latency")
     scale = lookup_scale([1000, 10000] if quick else [1000, 10000, 100000])
@@ -297,6 +299,7 @@ def run_bench(engine: Engine, quick: bool, say: Callable[[str], None] = lambda m
         "prefixes": extras,
         "ratios": ratios(results, extras),
         "targets": TARGETS,
+        "kvgraft_recurring": recurring_rows,
         "decode_economy": economy,
         "library_scale": scale,
         "kv_types": kv,
@@ -345,6 +348,7 @@ def markdown_table(res: dict) -> str:
                        ("peer_disk_cache_vs_kvgraft", "TTFT llama_cpp_python_disk_cache / kvgraft"),
                        ("graft_vs_floor", "graft alone / floor")):
         lines.append(f"| {label} | " + " | ".join(f"{rat[str(n)][key]:,.1f}x" for n in lengths) + " |")
+    lines += ["", recurring_table(res.get("kvgraft_recurring") or [])]
     e = res["decode_economy"]
     lines += ["", (f"Decode-token economy ({e['problems']} starter problems): fresh {e['fresh_decode_tokens']} decode tokens, "
                    f"{e['fresh_correct']}/{e['problems']} correct, {e['fresh_s']:.1f} s; from the library {e['graft_decode_tokens']} tokens, "

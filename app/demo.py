@@ -63,6 +63,7 @@ def recurring_case(service: LibraryService, say: Callable[[str], None], budget: 
             "graft_ok": bool(graft.answer_checked) and graft.source == "graft",
             "graft_decode_tokens": graft.tokens_decoded, "graft_prefill_tokens": graft.tokens_prefilled,
             "tokens_restored": graft.tokens_restored, "graft_ms": graft.graft_ms, "graft_s": graft.wall_ms / 1e3,
+            "fresh_ttft_ms": fresh.ttft_ms, "graft_ttft_ms": graft.ttft_ms, "answer_ready": graft.answer_ready,
             "exact": graft.exact, "proof": graft.proof, "verified_by": graft.verified_by,
         })
     return {"problems_jsonl_sha256": _sha(jsonl.read_bytes()), "pack": pack, "build_s": build_s, "rows": rows,
@@ -118,6 +119,10 @@ def run_demo(engine: Engine, on_step: Callable[[str], None] | None = None, budge
             "fresh_s": sum(r["fresh_s"] for r in rows), "graft_s": sum(r["graft_s"] for r in rows),
             "tokens_restored": sum(r["tokens_restored"] for r in rows),
             "exact_grafts": sum(r["exact"] is True for r in rows),
+            "fresh_ttft_median_ms": _median([r["fresh_ttft_ms"] for r in rows]),
+            "graft_ttft_median_ms": _median([r["graft_ttft_ms"] for r in rows]),
+            "fresh_answer_median_s": _median([r["fresh_s"] for r in rows]),
+            "graft_answer_median_s": _median([r["graft_s"] for r in rows]),
             "rows": rows,
         },
         "timing": timing,
@@ -131,6 +136,19 @@ def run_demo(engine: Engine, on_step: Callable[[str], None] | None = None, budge
     result["receipts_file"] = str(path)
     result["receipts_sha256"] = _sha(path.read_bytes())
     return result
+
+
+def _median(xs: list) -> float | None:
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def _ms(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f} ms"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or not b else f"{a / b:.0f}x"
 
 
 def format_demo(result: dict) -> str:
@@ -149,6 +167,10 @@ def format_demo(result: dict) -> str:
         f"{'accuracy':<24}{fresh_acc:>16}{graft_acc:>20}",
         f"{'decode tokens':<24}{r['fresh_decode_tokens']:>16,}{r['graft_decode_tokens']:>20,}{tok_ratio:>9.0f}x",
         f"{'wall time':<24}{r['fresh_s']:>14.1f} s{r['graft_s']:>18.1f} s{s_ratio:>9.0f}x",
+        f"{'per answer (median)':<24}{r['fresh_answer_median_s'] * 1e3:>13,.0f} ms{r['graft_answer_median_s'] * 1e3:>17,.0f} ms"
+        f"{r['fresh_answer_median_s'] / max(1e-9, r['graft_answer_median_s']):>9.0f}x",
+        f"{'first token (median)':<24}{_ms(r['fresh_ttft_median_ms']):>16}{_ms(r['graft_ttft_median_ms']):>20}"
+        f"{_ratio(r['fresh_ttft_median_ms'], r['graft_ttft_median_ms']):>10}",
         f"{'tokens restored':<24}{'-':>16}{r['tokens_restored']:>20,}",
         f"{'exact grafts':<24}{'-':>16}{str(r['exact_grafts']) + '/' + str(n):>20}",
         f"(fresh: budget {r['fresh_budget']} decode tokens per problem; from the library: at most "

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
+from contextlib import contextmanager
+from typing import Iterator
 from dataclasses import dataclass
 from typing import Callable
 
@@ -18,8 +21,8 @@ from engine.compare import logits_sha256
 
 from .paths import data_dir
 from .problems import solution_text
+from .replay import decode_in_calls, schedule_of
 from .replay import probe_text as replay_probe_text
-from .replay import schedule_of
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +59,8 @@ class LibraryService:
         self.engine = engine
         self.library = library
         self._graft_buf = bytearray(0)  # reused by every graft: no page faults for a fresh allocation
+        self._warm: Session | None = None  # one context kept and cleared between uses (see `session`)
+        self._warm_busy = False
         library.record_engine(engine.fingerprint, engine.fingerprint_info, engine.environment)
         self._relabel_legacy()
 
@@ -117,18 +122,27 @@ class LibraryService:
             return DepositResult(same, False, 0.0)
         probe_text = replay_probe_text(kind, question)
         probe = self.engine.model.tokenize(probe_text, add_bos=False)
-        with self.engine.session() as s:
+        # a solution's question is decoded as [all but its last token], [its last token]: the state in
+        # between is the answer-ready state (kind "answer"), and both receipts share the fresh logits
+        ready = kind == "solution" and bool(question) and len(probe) >= 2 and len(tokens) + len(probe) <= limit
+        calls = [len(probe) - 1, 1] if ready else [len(probe)]
+        with self.session() as s:
             t0 = time.perf_counter()
             s.prefill(tokens, on_progress=on_progress)
             prefill_s = time.perf_counter() - t0
             snap = s.snapshot()
-            s.prefill(probe)
+            if ready:
+                s.prefill(probe[:-1])
+                ready_snap = s.snapshot()
+                s.prefill(probe[-1:])
+            else:
+                s.prefill(probe)
             fresh_sha = logits_sha256(s.logits())
-        with self.engine.session() as g:  # the entry's receipt: its own graft, checked against fresh
+        with self.session() as g:  # the entry's receipt: its own graft, checked against fresh
             g.graft(snap, bytes_verified=True)
-            g.prefill(probe)
+            decode_in_calls(g, probe, calls)
             graft_sha = logits_sha256(g.logits())
-        receipt = {"probe": probe_text, "probe_tokens_sha256": tokens_sha256(probe),
+        receipt = {"probe": probe_text, "probe_tokens_sha256": tokens_sha256(probe), "probe_calls": calls,
                    "fresh_logits_sha256": fresh_sha, "graft_logits_sha256": graft_sha, "equal": fresh_sha == graft_sha}
         if fresh_sha != graft_sha:
             log.warning("deposit: grafted logits differ from fresh on this engine (%s)", self.engine.backend)
@@ -139,7 +153,73 @@ class LibraryService:
             receipt=receipt, checker=checker, elided=snap.elided, proof=LOCAL, schedule=schedule_of(self.engine),
             vouched_by=vouched_by if answer is not None else None,
         )
+        if ready:
+            self._store_answer_ready(entry, ready_snap, probe, fresh_sha, vouched_by)
         return DepositResult(entry, created, prefill_s)
+
+    def _store_answer_ready(self, entry: Entry, snap, probe: list[int], fresh_sha: str, vouched_by: str | None) -> Entry:
+        """The answer-ready state of a solution: its text and all but the last token of its question
+        suffix, decoded as [text in n_batch chunks], [suffix minus one]. Asking the question is then a
+        graft and one decoded token, compared with the same fresh logits as the solution's receipt."""
+        with self.session() as g:
+            g.graft(snap, bytes_verified=True)
+            g.prefill(probe[-1:])
+            graft_sha = logits_sha256(g.logits())
+        receipt = {"probe": "<the last token of the question suffix>", "probe_tokens_sha256": tokens_sha256(probe[-1:]),
+                   "probe_calls": [1], "fresh_logits_sha256": fresh_sha, "graft_logits_sha256": graft_sha,
+                   "equal": fresh_sha == graft_sha}
+        schedule = {**schedule_of(self.engine), "then": [len(probe) - 1]}
+        ready, _ = self.library.add_entry(
+            kind="answer", text=entry.text, tokens=list(snap.tokens), blob=snap.data, blob_sha256=snap.sha256,
+            fingerprint=self.engine.fingerprint, model=model_record(self.engine), title=entry.title,
+            question=entry.question, answer=entry.answer, receipt=receipt, checker=entry.checker, elided=snap.elided,
+            proof=LOCAL, schedule=schedule, vouched_by=vouched_by if entry.answer is not None else None)
+        return ready
+
+    def answer_ready(self, entry: Entry) -> Entry | None:
+        """The graftable answer-ready state stored for a solution entry, if any."""
+        if entry.kind != "solution" or not entry.question:
+            return None
+        probe = self.engine.model.tokenize(replay_probe_text(entry.kind, entry.question), add_bos=False)
+        if len(probe) < 2:
+            return None
+        ready = self.library.find_same(tokens_sha256(entry.tokens + probe[:-1]), self.engine.fingerprint, "answer",
+                                       entry.question, entry.answer)
+        return ready if ready is not None and ready.graftable(self.engine.fingerprint) else None
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A context to work in: the service's warm one, emptied (`Session.reset`), instead of a new
+        context per question. A cleared context computes and grafts bit for bit like a new one
+        (tests/test_warm_context.py). Not re-entrant: a nested use gets a fresh context."""
+        if self._warm_busy:
+            with self.engine.session() as s:
+                yield s
+            return
+        if self._warm is None or self._warm.engine is not self.engine:
+            self.close()
+            self._warm = self.engine.session()
+            # a service dropped without close() still frees its context (from its thread, or after it ended)
+            self._finalizer = weakref.finalize(self, _close_quietly, self._warm)
+        self._warm.reset()
+        self._warm_busy = True
+        try:
+            yield self._warm
+        finally:
+            self._warm_busy = False
+
+    def close(self) -> None:
+        """Free the warm context (call from the thread that used the service, or after it ended)."""
+        if self._warm is not None:
+            self._finalizer.detach()
+            self._warm.close()
+            self._warm = None
+
+    def __enter__(self) -> "LibraryService":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def deposit_solution(self, question: str, solution: str, answer: str, checker: str = "numeric",
                          on_progress=None, vouched_by: str | None = None) -> DepositResult:
@@ -165,6 +245,13 @@ class LibraryService:
         read_ms = (time.perf_counter() - t0) * 1e3
         g = session.graft_buffer(buf, entry.tokens)
         return GraftResult(g.n_tokens, g.validate_ms + read_ms, g.restore_ms)
+
+
+def _close_quietly(session: Session) -> None:
+    try:
+        session.close()
+    except EngineError as exc:  # another live thread owns it: nothing safe to do from here
+        log.warning("a warm context was not freed: %s", exc)
 
 
 def _title(text: str, question: str | None) -> str:

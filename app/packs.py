@@ -25,7 +25,7 @@ from library import container
 from library.errors import StorageFull
 from library.importer import EntryProof, commit_pack
 from library.pack import FORMAT_VERSION, PackError, PackReader, pack_sha256, write_pack
-from library.records import REPLAYED, UNPROVEN, Entry, signed_proof
+from library.records import PACK_KINDS, REPLAYED, UNPROVEN, Entry, signed_proof
 from library.signing import TrustStore, public_identity
 from library.tokens import tokens_sha256
 
@@ -58,6 +58,7 @@ def keys_dir() -> Path:
 def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: Path | None = None) -> dict:
     """Write `entries` (one fingerprint) to a pack; blobs are read from the library and checked."""
     lib = getattr(service_or_library, "library", service_or_library)
+    entries = [e for e in entries if e.kind in PACK_KINDS]  # answer-ready states are made where they are used
     if not entries:
         raise PackError("nothing to export: no entries selected")
     fps = {e.fingerprint for e in entries}

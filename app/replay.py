@@ -25,8 +25,20 @@ from .problems import DOCUMENT_PROBE, ask_suffix
 
 
 def probe_text(kind: str, question: str | None) -> str:
-    """The continuation an entry's receipt records: its question for a solution, else the document probe."""
-    return ask_suffix(question) if kind == "solution" and question else DOCUMENT_PROBE
+    """The continuation an entry's receipt records: its question for a solution (an answer-ready state:
+    that question's last token), else the document probe."""
+    return ask_suffix(question) if kind in ("solution", "answer") and question else DOCUMENT_PROBE
+
+
+def decode_in_calls(session, tokens: Sequence[int], calls: Sequence[int] | None = None) -> None:
+    """Decode `tokens` as the given consecutive calls (sizes), as one call when `calls` is None."""
+    calls = list(calls) if calls else [len(tokens)]
+    if sum(calls) != len(tokens) or any(c < 1 for c in calls):
+        raise ValueError(f"decode calls {calls} do not split {len(tokens)} tokens")
+    start = 0
+    for c in calls:
+        session.prefill(tokens[start : start + c])
+        start += c
 
 
 def schedule_of(engine: Engine) -> dict:
@@ -42,7 +54,35 @@ def parse_schedule(raw) -> dict | None:
                                        for k in ("n_batch", "n_ubatch"))
     if not ok or raw["n_ubatch"] > raw["n_batch"]:
         raise ValueError(f"a schedule {str(raw)[:80]!r} is not {{n_batch, n_ubatch}}: positive integers, n_ubatch <= n_batch")
-    return {"prefill": "chunks", "n_batch": raw["n_batch"], "n_ubatch": raw["n_ubatch"]}
+    out = {"prefill": "chunks", "n_batch": raw["n_batch"], "n_ubatch": raw["n_ubatch"]}
+    then = raw.get("then")
+    if then is not None:
+        if not isinstance(then, list) or not then or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1
+                                                             for c in then):
+            raise ValueError(f"a schedule's 'then' {str(then)[:80]!r} is not a list of positive call sizes")
+        out["then"] = list(then)
+    return out
+
+
+def prefill_in_schedule(session, tokens: Sequence[int], schedule: dict | None,
+                        on_progress: Callable[[int, int], bool | None] | None = None) -> None:
+    """Decode `tokens` from position 0 the way `schedule` says: n_batch chunks, then the `then` calls."""
+    then = (schedule or {}).get("then") or []
+    head = len(tokens) - sum(then)
+    if head < 1:
+        raise ValueError(f"a schedule's calls {then} leave nothing of {len(tokens)} tokens for the chunked prefill")
+    session.prefill(tokens[:head], on_progress=on_progress)
+    if then:
+        decode_in_calls(session, tokens[head:], then)
+
+
+def expected_tokens(model, kind: str, text: str, question: str | None) -> list[int]:
+    """The tokens an entry's state holds: its text, and for an answer-ready state ("answer") the
+    question suffix after it but its last token."""
+    tokens = model.tokenize(text)
+    if kind == "answer":
+        tokens += model.tokenize(probe_text("solution", question), add_bos=False)[:-1]
+    return tokens
 
 
 def engine_for(engine: Engine, schedule: dict | None) -> Engine:
@@ -74,9 +114,11 @@ def replay(engine: Engine, tokens: Sequence[int], kind: str, question: str | Non
     eng = engine_for(engine, schedule)
     probe = probe_text(kind, question)
     probe_tokens = eng.model.tokenize(probe, add_bos=False)
+    if kind == "answer":  # what follows an answer-ready state is the last token of its question suffix
+        probe, probe_tokens = "<the last token of the question suffix>", probe_tokens[-1:]
     t0 = time.perf_counter()
     with eng.session() as s:
-        s.prefill(tokens, on_progress=on_progress)
+        prefill_in_schedule(s, tokens, schedule, on_progress=on_progress)
         raw = s.snapshot(canonical=False).sha256
         canonical = s.snapshot().sha256
         s.prefill(probe_tokens)

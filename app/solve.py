@@ -21,7 +21,7 @@ def _with_related(service: LibraryService, p: Problem, budget: int) -> dict | No
     prompt_rest = engine.model.tokenize("\n\n" + fresh_prompt(p.question), add_bos=False)
     if best.n_tokens + len(prompt_rest) + budget > engine.config.n_ctx:
         return None
-    with engine.session() as s:
+    with service.session() as s:
         service.graft(s, best)
         s.prefill(prompt_rest)
         gen = s.generate(budget, stop=["\nQ:"])

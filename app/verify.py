@@ -36,7 +36,7 @@ from .ask import GRAFT_ANSWER_TOKENS
 from .checker import get_checker
 from .library_service import LibraryService
 from .problems import ask_suffix
-from .replay import engine_for, parse_schedule, probe_text, signer_vouch
+from .replay import engine_for, expected_tokens, parse_schedule, prefill_in_schedule, probe_text, signer_vouch
 
 RECEIPTS_VERSION = 2
 
@@ -100,7 +100,8 @@ def pack_items(reader: PackReader, pack_sha: str, trusted_signer: str | None = N
 
 def _probes(item: Item, model, samples: int) -> list[list[int]]:
     """Probe continuations: the entry's own question (or the document probe), then slices of its text."""
-    probes = [model.tokenize(probe_text(item.kind, item.question), add_bos=False)]
+    first = model.tokenize(probe_text(item.kind, item.question), add_bos=False)
+    probes = [first[-1:] if item.kind == "answer" else first]
     words = item.text.split()
     for k in range(1, samples):
         start = (k * 7919) % max(1, len(words))
@@ -127,7 +128,7 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
     if item.model_sha256 is not None and item.model_sha256 != model.info.sha256:
         checks["model_ok"] = False
         failures.append("model")
-    tokens = model.tokenize(item.text)
+    tokens = expected_tokens(model, item.kind, item.text, item.question)
     checks["tokens_ok"] = len(tokens) == item.n_tokens and tokens_sha256(tokens) == item.tokens_sha256
     if not checks["tokens_ok"]:
         failures.append("tokens")
@@ -149,8 +150,8 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
         probes = _probes(item, model, samples)
         records = []
         for k, probe in enumerate(probes):
-            with eng.session() as fresh:
-                fresh.prefill(tokens)
+            with (service.session() if eng is engine else eng.session()) as fresh:
+                prefill_in_schedule(fresh, tokens, item.schedule)
                 if k == 0:
                     raw = fresh.snapshot(canonical=False).sha256
                     checks["replay_raw_sha256"] = raw
@@ -160,7 +161,7 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
                         break  # not the state of its text: never grafted
                 fresh.prefill(probe)
                 want = fresh.logits()
-            with eng.session() as g:
+            with (service.session() if eng is engine else eng.session()) as g:
                 g.graft(snap, bytes_verified=True)
                 g.prefill(probe)
                 cmp = compare_logits(want, g.logits())
@@ -185,7 +186,7 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
 
     if item.kind == "solution" and item.question and item.answer is not None and snap is not None and proven:
         suffix = model.tokenize(ask_suffix(item.question), add_bos=False)
-        with engine.session() as s:
+        with service.session() as s:
             s.graft(Snapshot(data, tuple(tokens), engine.fingerprint, item.blob_sha256), bytes_verified=True)
             s.prefill(suffix)
             gen = s.generate(GRAFT_ANSWER_TOKENS, stop=["\n"])

@@ -91,11 +91,13 @@ class Generation:
     text: str = ""
     stop_reason: str = ""  # "max_tokens", "eog", "stop:<s>", "callback", "context_full"
     seconds: float = 0.0
+    first_token_at: float | None = None  # time.perf_counter() when the first token was chosen
 
 
 class Session:
     def __init__(self, engine) -> None:
         self._owner = threading.get_ident()
+        self._owner_thread = threading.current_thread()
         self.engine = engine
         cfg = engine.config
         model = engine.model
@@ -147,8 +149,8 @@ class Session:
     def close(self) -> None:
         if self._ctx is None:
             return
-        if threading.get_ident() != self._owner:
-            raise ThreadOwnershipError("a Session may only be closed by the thread that created it")
+        if threading.get_ident() != self._owner and self._owner_thread.is_alive():
+            raise ThreadOwnershipError("a Session may only be closed by the thread that created it (or after it ended)")
         llama.llama_batch_free(self._batch)
         llama.llama_free(self._ctx)
         self._ctx = None
@@ -240,6 +242,8 @@ class Session:
                 gen.stop_reason = "max_tokens"
                 break
             tok = int(np.argmax(self.logits()))
+            if gen.first_token_at is None:
+                gen.first_token_at = time.perf_counter()
             if stop_at_eog and model.is_eog(tok):
                 gen.stop_reason = "eog"
                 break

@@ -230,8 +230,14 @@ class Library:
     def remove(self, entry_id: int) -> Entry:
         entry = self.get(entry_id)
         with self.write():
-            self.db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [entry_id])
-            self.db.execute("DELETE FROM entries WHERE id = ?", [entry_id])
+            ids = [entry_id]
+            if entry.kind == "solution":  # its answer-ready state goes with it
+                ids += [r[0] for r in self.db.execute(
+                    "SELECT id FROM entries WHERE kind = 'answer' AND question_key IS ? AND text = ? AND fingerprint = ?",
+                    [question_key(entry.question) if entry.question else None, entry.text, entry.fingerprint])]
+            for i in ids:
+                self.db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [i])
+                self.db.execute("DELETE FROM entries WHERE id = ?", [i])
         return entry  # the blob stays until `gc` finds it unreferenced
 
     def mark_damaged(self, blob_sha256: str, reason: str) -> None:
@@ -318,7 +324,7 @@ class Library:
         if q is None:
             return []
         sql = (
-            "SELECT e.* FROM entries_fts f JOIN entries e ON e.id = f.rowid WHERE entries_fts MATCH ?"
+            "SELECT e.* FROM entries_fts f JOIN entries e ON e.id = f.rowid WHERE entries_fts MATCH ? AND e.kind <> 'answer'"
             + (f" AND e.fingerprint = ? AND {GRAFTABLE}" if fingerprint else "")
             + " ORDER BY f.rank LIMIT ?"
         )
@@ -334,7 +340,7 @@ class Library:
         key = question_key(question)
         if not key:
             return None
-        rows = list(self.db.query("SELECT * FROM entries WHERE question_key = ? ORDER BY id DESC", [key]))
+        rows = list(self.db.query("SELECT * FROM entries WHERE question_key = ? AND kind <> 'answer' ORDER BY id DESC", [key]))
         entries = [Entry.from_row(r) for r in rows]
         if fingerprint is not None:
             entries.sort(key=lambda e: (not e.graftable(fingerprint), not e.verified, e.answer is None))

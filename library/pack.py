@@ -27,7 +27,7 @@ from typing import Callable, Iterable
 
 from . import container
 from .errors import LibraryError
-from .records import KINDS
+from .records import PACK_KINDS as KINDS
 from .signing import SIGNATURE, Signer, SigningError, sign_manifest, verify_signature
 
 FORMAT_VERSION = 3

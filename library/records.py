@@ -7,7 +7,10 @@ from dataclasses import asdict, dataclass
 
 from .tokens import unpack_tokens
 
-KINDS = ("solution", "document", "prefix")
+KINDS = ("solution", "document", "prefix", "answer")
+# what a pack may carry: an "answer" entry (a solution's answer-ready state: its text and all but the
+# last token of its question suffix) is made where it is used, never exported
+PACK_KINDS = ("solution", "document", "prefix")
 UNPROVEN = "unproven"
 LOCAL = "local"
 REPLAYED = "replayed"

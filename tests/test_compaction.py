@@ -213,7 +213,8 @@ def test_damaged_container_is_caught_by_both_read_paths(tmp_path, where):
 @pytest.fixture
 def service(engine):
     lib = open_library()
-    yield LibraryService(engine, lib)
+    with LibraryService(engine, lib) as service:  # frees its warm context
+        yield service
     lib.close()
 
 

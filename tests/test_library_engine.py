@@ -21,7 +21,8 @@ DOC = synthetic_text(700, seed=77)  # ~900 tokens: past the sliding window
 @pytest.fixture
 def service(engine):
     lib = open_library()
-    yield LibraryService(engine, lib)
+    with LibraryService(engine, lib) as service:  # frees its warm context
+        yield service
     lib.close()
 
 
@@ -30,7 +31,8 @@ def test_deposit_then_graft_from_library_is_exact(service, engine, probe):
     assert res.created and res.entry.n_tokens > 512 and res.entry.kind == "solution"
     again = service.deposit(DOC, question="What does the river carry?", answer="silver stones")
     assert not again.created and again.entry.id == res.entry.id and again.prefill_s == 0.0
-    assert service.library.stats()["blobs"] == 1
+    assert service.library.stats()["blobs"] == 2  # the text's state and the answer-ready state (text + question)
+    assert [e.kind for e in service.library.entries()] == ["solution", "answer"]
     with engine.session() as fresh:
         fresh.prefill(engine.model.tokenize(DOC))
         assert fresh.snapshot().sha256 == res.entry.blob_sha256  # the stored blob is what the text produces
@@ -86,18 +88,21 @@ def test_cli_library_contracts(engine, monkeypatch, tmp_path):
     assert run(cli, ["deposit"]).exit_code == 2  # no text given: usage error
 
     listed = json.loads(run(cli, ["list", "--json"]).stdout)
-    assert [e["id"] for e in listed] == [dep["id"], dep["id"] + 1]
+    # the solution, its answer-ready state (text + question), the document
+    assert [(e["id"], e["kind"]) for e in listed] == [(dep["id"], "solution"), (dep["id"] + 1, "answer"),
+                                                      (dep["id"] + 2, "document")]
     for e in listed:
         assert {"id", "kind", "question", "tokens", "blob_sha256"} <= set(e)
     stats = json.loads(run(cli, ["stats", "--json"]).stdout)
-    assert stats["entries"] == 2 and stats["blobs"] == 2
+    assert stats["entries"] == 3 and stats["blobs"] == 3
     assert stats["tokens"] == sum(e["tokens"] for e in listed)
     assert stats["context_multiple"] == pytest.approx(stats["tokens"] / 8192)
     assert stats["canonical_bytes"] == sum(e["blob_size"] for e in listed)
     assert stats["bytes"] < stats["canonical_bytes"]  # on disk: compact, the ~900-token deposit is past the window
     fsck = json.loads(run(cli, ["fsck", "--json"]).stdout)
     assert fsck["ok"] is True and fsck["problems"] == [] and fsck["reclaimable"] == []
-    assert [e["id"] for e in json.loads(run(cli, ["search", "lighthouses", "--json"]).stdout)] == [dep["id"] + 1]
+    assert [e["id"] for e in json.loads(run(cli, ["search", "lighthouses", "--json"]).stdout)] == [dep["id"] + 2]
+    assert [e["id"] for e in json.loads(run(cli, ["search", "river", "--json"]).stdout)] == [dep["id"]]  # not the answer state
     shown = run(cli, ["show", str(dep["id"])])
     assert "silver stones" in shown.stdout and dep["blob_sha256"] in shown.stdout
 

@@ -175,20 +175,21 @@ def test_exact_is_a_comparison_that_can_fail(engine, run):
     q = "How many gates does the east wall have?"
     dep = run(cli, ["deposit", "--text", f"Q: {q}\nA: 6\n\nThe east wall has six gates.\n\nQ: {q}\nA: 6\n",
                     "--question", q, "--answer", "6", "--json"])
-    entry_id = json.loads(dep.stdout)["id"]
+    assert dep.exit_code == 0, dep.output
     a = json.loads(run(cli, ["ask", q, "--json"]).stdout)
     assert a["source"] == "graft" and a["exact"] is True and a["receipt_match"] is True
     assert a["verified"] is False and a["stored_answer"] == "6" and a["verified_answer"] is None  # stated, not confirmed
-    with open_library() as lib:  # the receipt now records other fresh logits: the comparison must fail
-        receipt = lib.get(entry_id).receipt
-        lib.db.execute("UPDATE entries SET receipt = ? WHERE id = ?",
-                       [json.dumps({**receipt, "fresh_logits_sha256": "0" * 64}), entry_id])
+    assert a["answer_ready"] is True  # its answer-ready state was grafted (one token decoded)
+    with open_library() as lib:  # the receipts now record other fresh logits: the comparison must fail
+        for e in lib.entries():
+            lib.db.execute("UPDATE entries SET receipt = ? WHERE id = ?",
+                           [json.dumps({**e.receipt, "fresh_logits_sha256": "0" * 64}), e.id])
         lib.db.conn.commit()
     r = run(cli, ["ask", q, "--json"])
     assert json.loads(r.stdout)["exact"] is False
     assert "NOT exact" in run(cli, ["ask", q]).stderr
     with open_library() as lib:  # no receipt for this continuation: nothing compared
-        lib.db.execute("UPDATE entries SET receipt = NULL WHERE id = ?", [entry_id])
+        lib.db.execute("UPDATE entries SET receipt = NULL")
         lib.db.conn.commit()
     r = run(cli, ["ask", q])
     assert json.loads(run(cli, ["ask", q, "--json"]).stdout)["exact"] is None

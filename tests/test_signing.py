@@ -75,7 +75,7 @@ def test_tampered_manifest_refused(signed_pack, engine, tmp_path):
     with open_library() as lib:
         with pytest.raises(PackError):
             import_pack(LibraryService(engine, lib), bad)
-        assert lib.count() == 1  # only the fixture's own deposit
+        assert lib.count() == 2  # only the fixture's own deposit: a solution and its answer-ready state
 
 
 def test_resigned_by_a_stranger_is_untrusted(signed_pack, engine, tmp_path):

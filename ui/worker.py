@@ -10,7 +10,7 @@ import threading
 import traceback
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QThread, Signal, Slot
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from app.ask import ask as run_ask
 from app.errors import Cancelled as OperationCancelled
@@ -47,6 +47,7 @@ class EngineWorker(QObject):
         self._owns_engine = engine is None
         self._cancel = threading.Event()
         self._lib = None
+        self._svc = None
 
     # -- called from the GUI thread directly: only sets a flag -----------------------------------
     def cancel(self) -> None:
@@ -54,9 +55,14 @@ class EngineWorker(QObject):
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _service(self) -> LibraryService:
+        """One service for the worker's life: its warm context is reused by every question."""
         if self._lib is None:
             self._lib = open_library()
-        return LibraryService(self.engine, self._lib)
+        if self._svc is None or self._svc.engine is not self.engine:
+            if self._svc is not None:
+                self._svc.close()
+            self._svc = LibraryService(self.engine, self._lib)
+        return self._svc
 
     def _check_cancel(self) -> None:
         if self._cancel.is_set():
@@ -205,9 +211,18 @@ class EngineWorker(QObject):
 
         self._run("remove", go)
 
+    def release_contexts(self) -> None:
+        """Free the warm context (called in the worker thread as it finishes)."""
+        if self._svc is not None:
+            self._svc.close()
+            self._svc = None
+
     @Slot()
     def shutdown(self) -> None:
         """Close the worker's library, and the engine if this worker loaded it (call once its thread has stopped)."""
+        if self._svc is not None:
+            self._svc.close()  # its warm context: the worker thread has ended, so this thread may free it
+            self._svc = None
         if self._lib is not None:
             self._lib.close()
             self._lib = None
@@ -242,6 +257,8 @@ class WorkerClient(QObject):
         self.request_verify.connect(worker.verify)
         self.request_export.connect(worker.export)
         self.request_remove.connect(worker.remove)
+        # run in the worker thread as it ends: its warm context is freed by the thread that owns it
+        self.thread.finished.connect(worker.release_contexts, Qt.DirectConnection)
         self.thread.start()
 
     def stop(self, timeout_ms: int = 60_000) -> bool:
