@@ -29,8 +29,8 @@ def fill(lib: Library, start: int, stop: int, rng: random.Random, preambles: lis
             toks = pre + [rng.randrange(262144) for _ in range(rng.randint(20, 300))]
             cur = lib.db.conn.execute(
                 "INSERT INTO entries (kind, title, question, question_key, text, tokens, n_tokens, tokens_sha256, "
-                "answer, blob_sha256, blob_size, fingerprint, source, created_at) "
-                "VALUES ('solution', ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, 'local', ?)",
+                "answer, blob_sha256, blob_size, fingerprint, source, created_at, proof) "
+                "VALUES ('solution', ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, 'local', ?, 'local')",
                 [f"problem {i}", f"Question number {i}: what is {i} plus {i}?", question_key(f"Question number {i}: what is {i} plus {i}?"),
                  synthetic_text(40, i), pack_tokens(toks), len(toks), tokens_sha256(toks), str(2 * i), blob_sha, FP, now],
             )

@@ -201,7 +201,7 @@ class LibraryService:
             self._warm = self.engine.session()
             # a service dropped without close() still frees its context (from its thread, or after it ended)
             self._finalizer = weakref.finalize(self, _close_quietly, self._warm)
-        self._warm.reset()
+        self._warm.reset(clear_data=False)
         self._warm_busy = True
         try:
             yield self._warm

@@ -35,14 +35,14 @@ def test_a_cleared_context_computes_and_grafts_like_a_new_one(engine, engine_fa,
         new.prefill(probe)
         want = logits_sha256(new.logits())
     with eng.session() as warm:
-        warm.prefill(prefix_tokens(eng.model, 900, seed=78))  # it held something else before
-        warm.reset()
+        warm.prefill(prefix_tokens(eng.model, 900, seed=78))  # it held something else before, longer
+        warm.reset(clear_data=False)  # as the service's warm context is cleared: the old bytes stay
         warm.prefill(prefix)
         assert warm.snapshot().sha256 == snap.sha256
         warm.prefill(probe)
         assert logits_sha256(warm.logits()) == want
-        for _ in range(2):  # and grafts exactly, again and again
-            warm.reset()
+        for clear in (False, True):  # and grafts exactly, again and again
+            warm.reset(clear_data=clear)
             warm.graft(snap)
             warm.prefill(probe)
             assert logits_sha256(warm.logits()) == want
