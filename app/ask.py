@@ -69,6 +69,8 @@ class AskResult:
         else:
             exact = "exact restore, not compared"
         rest = f" - {self.tokens_prefilled:,} prefilled" if self.source == "prefix" else ""
+        if self.answer_ready:
+            origin += ", its answer-ready state: 1 token decoded before the answer"
         return (f"from {what} ({origin}) - {self.tokens_restored:,} tokens restored in {self.graft_ms:.0f} ms - {exact}{rest} - "
                 f"{self.tokens_decoded} tokens decoded")
 
