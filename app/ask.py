@@ -13,17 +13,21 @@ Only proven entries (local, replayed, or signed by a trusted key) are ever graft
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
 from engine.compare import logits_sha256
+from library.errors import BlobCorrupt, BlobMissing, BlobUnreadable
 from library.tokens import tokens_sha256
 
 from .checker import get_checker
 from .library_service import LibraryService
 from .problems import ask_suffix, fresh_prompt
 from .replay import decode_in_calls
+
+log = logging.getLogger(__name__)
 
 GRAFT_ANSWER_TOKENS = 24  # an answer copied from a graft is a few tokens and a newline
 
@@ -109,9 +113,14 @@ def ask(
         if ready is not None and ready.tokens[entry.n_tokens :] != suffix[:-1]:
             ready = None  # asked in other words than the stored question: its answer-ready state does not apply
         with service.session() as s:
+            g = None
             if ready is not None:  # graft the text and question but one token, decode that one token
-                g, ref, rest = service.graft(s, ready), ready, suffix[-1:]
-            else:  # graft the text, decode the question suffix (in the calls its receipt recorded)
+                try:
+                    g, ref, rest = service.graft(s, ready), ready, suffix[-1:]
+                except (BlobMissing, BlobCorrupt, BlobUnreadable) as exc:  # marked damaged: the text-only state serves
+                    log.warning("answer-ready state #%d unusable (%s): answering from entry #%d", ready.id, exc, entry.id)
+                    ready = None
+            if g is None:  # graft the text, decode the question suffix (in the calls its receipt recorded)
                 g, ref, rest = service.graft(s, entry), entry, suffix
             decode_in_calls(s, rest, _receipt_calls(ref, rest))
             receipt_match = _compare_with_receipt(s, ref, rest)

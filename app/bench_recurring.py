@@ -76,6 +76,8 @@ def recurring(engine: Engine, lib: Library, n: int, runs: int, say: Callable[[st
     ttft, matches = [], []
     for _ in range(runs):
         r = ask(service, QUESTION)
+        if r.entry_id != entry.id or r.tokens_restored != ready.n_tokens:
+            raise RuntimeError(f"the recurring ask grafted entry #{r.entry_id} ({r.tokens_restored} tokens), not #{entry.id}")
         ttft.append(r.ttft_ms / 1e3)
         matches.append(r.receipt_match is True and r.answer_ready)
     suffix = model.tokenize(ask_suffix(QUESTION), add_bos=False)

@@ -126,7 +126,7 @@ class LibraryService:
         # between is the answer-ready state (kind "answer"), and both receipts share the fresh logits
         ready = kind == "solution" and bool(question) and len(probe) >= 2 and len(tokens) + len(probe) <= limit
         calls = [len(probe) - 1, 1] if ready else [len(probe)]
-        with self.session() as s:
+        with self.engine.session() as s:  # the reference run: always a new context, never the warm one
             t0 = time.perf_counter()
             s.prefill(tokens, on_progress=on_progress)
             prefill_s = time.perf_counter() - t0
@@ -154,7 +154,11 @@ class LibraryService:
             vouched_by=vouched_by if answer is not None else None,
         )
         if ready:
-            self._store_answer_ready(entry, ready_snap, probe, fresh_sha, vouched_by)
+            try:
+                self._store_answer_ready(entry, ready_snap, probe, fresh_sha, vouched_by)
+            except (LibraryError, EngineError, OSError) as exc:  # an optimisation: the solution itself is stored
+                log.warning("entry #%d: its answer-ready state was not stored (%s); it is answered the slower way",
+                            entry.id, exc)
         return DepositResult(entry, created, prefill_s)
 
     def _store_answer_ready(self, entry: Entry, snap, probe: list[int], fresh_sha: str, vouched_by: str | None) -> Entry:
@@ -196,7 +200,7 @@ class LibraryService:
             with self.engine.session() as s:
                 yield s
             return
-        if self._warm is None or self._warm.engine is not self.engine:
+        if self._warm is None or self._warm.engine is not self.engine or self._warm.closed:
             self.close()
             self._warm = self.engine.session()
             # a service dropped without close() still frees its context (from its thread, or after it ended)
@@ -205,14 +209,17 @@ class LibraryService:
         self._warm_busy = True
         try:
             yield self._warm
+        except BaseException:  # a failed decode, a cancel, a refused graft: start the next use from a new context
+            self.close()
+            raise
         finally:
             self._warm_busy = False
 
     def close(self) -> None:
         """Free the warm context (call from the thread that used the service, or after it ended)."""
         if self._warm is not None:
+            self._warm.close()  # raises from a foreign live thread: then the finalizer still holds it
             self._finalizer.detach()
-            self._warm.close()
             self._warm = None
 
     def __enter__(self) -> "LibraryService":

@@ -50,7 +50,7 @@ class LibraryView:
             rows = self.library.db.execute(base + f" WHERE e.id IN ({','.join('?' * len(ids))})", [fp, *ids]).fetchall()
             rows.sort(key=lambda r: order[r[0]])
         else:
-            rows = self.library.db.execute(base + " ORDER BY e.id LIMIT ?", [fp, limit]).fetchall()
+            rows = self.library.db.execute(base + " WHERE e.kind <> 'answer' ORDER BY e.id LIMIT ?", [fp, limit]).fetchall()
         return [Row(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]), r[7], r[8] or "unproven", r[9], bool(r[10]))
                 for r in rows]
 

@@ -338,6 +338,10 @@ def _prove(service: LibraryService, reader: PackReader, tokens: list[list[int]],
 
 
 def _schedule(raw) -> dict | None:
+    """A pack entry's schedule: a chunked prefill only (`then` calls belong to answer-ready states,
+    which packs never carry)."""
+    if isinstance(raw, dict) and "then" in raw:
+        raise PackError("manifest: an entry's schedule has 'then' calls; packs carry chunked prefills only")
     try:
         return parse_schedule(raw)
     except ValueError as exc:

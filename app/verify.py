@@ -88,6 +88,8 @@ def pack_items(reader: PackReader, pack_sha: str, trusted_signer: str | None = N
     for i, e in enumerate(m.entries):
         raw = m.raw["entries"][i]
         try:
+            if isinstance(raw.get("schedule"), dict) and "then" in raw["schedule"]:
+                raise ValueError("packs carry chunked prefills only (a 'then' schedule)")
             schedule = parse_schedule(raw.get("schedule"))
         except ValueError as exc:
             raise PackError(f"manifest: entry {i}: {exc}") from exc
@@ -150,7 +152,7 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
         probes = _probes(item, model, samples)
         records = []
         for k, probe in enumerate(probes):
-            with (service.session() if eng is engine else eng.session()) as fresh:
+            with eng.session() as fresh:  # the reference run: a new context
                 prefill_in_schedule(fresh, tokens, item.schedule)
                 if k == 0:
                     raw = fresh.snapshot(canonical=False).sha256

@@ -139,6 +139,10 @@ class Session:
             raise ThreadOwnershipError("a Session may only be used by the thread that created it")
 
     @property
+    def closed(self) -> bool:
+        return self._ctx is None
+
+    @property
     def n_past(self) -> int:
         return len(self.tokens)
 

@@ -240,6 +240,17 @@ class Library:
                 self.db.execute("DELETE FROM entries WHERE id = ?", [i])
         return entry  # the blob stays until `gc` finds it unreferenced
 
+    def remove_all(self, entry_ids) -> list[Entry]:
+        """Remove several entries; an answer-ready state already removed with its solution is skipped."""
+        removed, gone = [], set()
+        for i in entry_ids:
+            if i in gone:
+                continue
+            before = {r[0] for r in self.db.execute("SELECT id FROM entries WHERE kind = 'answer'")}
+            removed.append(self.remove(i))
+            gone |= before - {r[0] for r in self.db.execute("SELECT id FROM entries WHERE kind = 'answer'")}
+        return removed
+
     def mark_damaged(self, blob_sha256: str, reason: str) -> None:
         with self.write():
             self.db.execute("UPDATE entries SET damaged = ? WHERE blob_sha256 = ?", [reason, blob_sha256])
@@ -367,7 +378,7 @@ class Library:
             mid = (lo + hi) // 2
             hit = self.db.execute(
                 "SELECT 1 FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
-                f"WHERE p.key = ? AND p.length = ? AND e.fingerprint = ? AND {GRAFTABLE} LIMIT 1",
+                f"WHERE p.key = ? AND p.length = ? AND e.fingerprint = ? AND {GRAFTABLE} AND e.kind <> 'answer' LIMIT 1",
                 [bkeys[blocks[mid]], blocks[mid], fingerprint],
             ).fetchone()
             if hit:
@@ -382,7 +393,7 @@ class Library:
             marks = ",".join("?" * len(by_key))
             rows = self.db.execute(
                 f"SELECT p.entry_id, p.length FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
-                f"WHERE p.full = 1 AND p.key IN ({marks}) AND e.fingerprint = ? AND {GRAFTABLE} "
+                f"WHERE p.full = 1 AND p.key IN ({marks}) AND e.fingerprint = ? AND {GRAFTABLE} AND e.kind <> 'answer' "
                 f"ORDER BY p.length DESC, p.entry_id DESC",
                 list(by_key) + [fingerprint],
             ).fetchall()

@@ -76,6 +76,14 @@ def test_answer_ready_state_answers_in_one_token_exactly(engine, tmp_path):
         # asked in other words: the stored question's answer-ready state does not apply, the old path does
         variant = ask(service, "  " + p.question.upper())
         assert variant.source == "graft" and not variant.answer_ready and variant.answer == p.answer
+        # a damaged answer-ready blob: marked damaged, and the text-only state answers instead
+        path = lib.blobs.path(ready.blob_sha256)
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0x01
+        path.write_bytes(bytes(data))
+        fallback = ask(service, p.question)
+        assert not fallback.answer_ready and fallback.exact is True and fallback.answer == p.answer
+        assert lib.get(ready.id).damaged
         # without the answer-ready state the solution is still answered, exactly, on the old path
         lib.db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [ready.id])
         lib.db.execute("DELETE FROM entries WHERE id = ?", [ready.id])
@@ -102,5 +110,7 @@ def test_answer_ready_states_verify_and_stay_out_of_packs(engine, monkeypatch, t
     assert r.exit_code == 0 and json.loads(r.stdout)["entries"] == 1
     a = json.loads(run(cli, ["ask", q, "--json"]).stdout)
     assert a["answer_ready"] is True and a["exact"] is True and a["ttft_ms"] > 0
-    run(cli, ["rm", str(json.loads(dep.stdout)["id"])])
-    assert json.loads(run(cli, ["list", "--json"]).stdout) == []  # removed with its solution
+    sid = json.loads(dep.stdout)["id"]
+    r = run(cli, ["rm", str(sid), str(sid + 1)])  # the answer-ready state goes with its solution, named or not
+    assert r.exit_code == 0 and r.stdout.count("removed entry") == 1, r.output
+    assert json.loads(run(cli, ["list", "--json"]).stdout) == []

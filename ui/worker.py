@@ -6,6 +6,7 @@ Long operations report progress and check a cancel flag between chunks/items.
 
 from __future__ import annotations
 
+import logging
 import threading
 import traceback
 from pathlib import Path
@@ -20,6 +21,9 @@ from app.packs import export_pack, import_pack
 from app.problems import read_jsonl
 from app.runtime import Settings, open_engine
 from app.verify import library_items, run_verify
+
+
+log = logging.getLogger(__name__)
 
 
 class Cancelled(Exception):
@@ -205,8 +209,7 @@ class EngineWorker(QObject):
     def remove(self, ids: list) -> None:
         def go():
             service = self._service()
-            for i in ids:
-                service.library.remove(int(i))
+            service.library.remove_all([int(i) for i in ids])
             self.library_changed.emit()
 
         self._run("remove", go)
@@ -221,7 +224,10 @@ class EngineWorker(QObject):
     def shutdown(self) -> None:
         """Close the worker's library, and the engine if this worker loaded it (call once its thread has stopped)."""
         if self._svc is not None:
-            self._svc.close()  # its warm context: the worker thread has ended, so this thread may free it
+            try:
+                self._svc.close()  # normally already done on the worker thread (release_contexts)
+            except EngineError as exc:  # still owned by a live thread: leave it, close what else can be closed
+                log.warning("the worker's warm context was not freed: %s", exc)
             self._svc = None
         if self._lib is not None:
             self._lib.close()

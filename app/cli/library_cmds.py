@@ -180,8 +180,7 @@ def provenance_text(pack: dict | None) -> str:
 def rm(entry_ids) -> None:
     """Remove entries (their blobs go at the next `kvgraft gc` if nothing else uses them)."""
     with open_library() as lib:
-        for i in entry_ids:
-            e = lib.remove(i)
+        for e in lib.remove_all(entry_ids):
             click.echo(f"removed entry #{e.id} ({e.n_tokens:,} tokens)")
 
 
