@@ -99,8 +99,7 @@ def graft_timing(service: LibraryService, say: Callable[[str], None]) -> list[di
 
 def run_demo(engine: Engine, on_step: Callable[[str], None] | None = None, budget: int = FRESH_BUDGET) -> dict:
     say = on_step or (lambda _m: None)
-    with open_library() as lib:
-        service = LibraryService(engine, lib)
+    with open_library() as lib, LibraryService(engine, lib) as service:
         rec = recurring_case(service, say, budget)
         timing = graft_timing(service, say)
     rows = rec["rows"]

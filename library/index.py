@@ -13,7 +13,6 @@ A kill before 3 commits leaves only a reclaimable temp file or orphan blob, neve
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import os
@@ -28,6 +27,7 @@ from sqlite_utils import Database
 from .blobstore import BlobStore, StoredBlob, check_sha
 from .errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
 from .normalize import question_key
+from .provenance import ProvenanceRecords, now
 from .records import KINDS, LOCAL, UNPROVEN, Entry, ModelRecord
 from .schema import insert_prefix_keys, migrations
 from .tokens import PREFIX_BLOCK, pack_tokens, prefix_keys, tokens_sha256
@@ -38,10 +38,6 @@ BUSY_TIMEOUT_S = 60.0
 GRAFTABLE = "e.damaged IS NULL AND (e.proof IN ('local', 'replayed') OR e.proof LIKE 'signed:_%')"
 
 
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
-
-
 def _fts_query(text: str, any_term: bool) -> str | None:
     terms = [t for t in "".join(c if c.isalnum() else " " for c in text).split() if t]
     if not terms:
@@ -49,7 +45,7 @@ def _fts_query(text: str, any_term: bool) -> str | None:
     return (" OR " if any_term else " ").join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-class Library:
+class Library(ProvenanceRecords):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -254,57 +250,6 @@ class Library:
     def mark_damaged(self, blob_sha256: str, reason: str) -> None:
         with self.write():
             self.db.execute("UPDATE entries SET damaged = ? WHERE blob_sha256 = ?", [reason, blob_sha256])
-
-    def set_proof(self, entry_id: int, proof: str, fingerprint: str, receipt: dict | None = None) -> Entry:
-        """Record a proof of origin found for an entry (a replay here reproduced its state), with the
-        fingerprint of the engine that found it and the receipt computed there."""
-        with self.write():
-            self.db.execute("UPDATE entries SET proof = ?, fingerprint = ?, receipt = ? WHERE id = ?",
-                            [proof, fingerprint, json.dumps(receipt, sort_keys=True) if receipt else None, entry_id])
-        return self.get(entry_id)
-
-    def record_engine(self, fingerprint: str, info: dict, environment: dict) -> None:
-        """Remember what a fingerprint stands for (once per fingerprint)."""
-        if self.db.execute("SELECT 1 FROM engines WHERE fingerprint = ?", [fingerprint]).fetchone():
-            return
-        with self.write():
-            self.db.execute("INSERT OR IGNORE INTO engines (fingerprint, info, environment, seen_at) VALUES (?, ?, ?, ?)",
-                            [fingerprint, json.dumps(info, sort_keys=True), json.dumps(environment, sort_keys=True), now()])
-
-    def engine_info(self, fingerprint: str) -> dict | None:
-        row = self.db.execute("SELECT info, environment FROM engines WHERE fingerprint = ?", [fingerprint]).fetchone()
-        return {"info": json.loads(row[0]), "environment": json.loads(row[1])} if row else None
-
-    def revoke_signer(self, key_id: str) -> int:
-        """A signer is no longer trusted: the entries its packs proved become unproven, and the
-        answers it vouched for become stated. Returns how many entries changed."""
-        with self.write():
-            n = self.db.execute("UPDATE entries SET proof = 'unproven' WHERE proof LIKE 'signed:%' AND pack_id IN "
-                                "(SELECT id FROM packs WHERE signer = ?)", [key_id]).rowcount
-            self.db.execute("UPDATE entries SET vouched_by = NULL, verified_at = NULL WHERE vouched_by LIKE 'signer:%' "
-                            "AND pack_id IN (SELECT id FROM packs WHERE signer = ?)", [key_id])
-        return n
-
-    def legacy_samples(self, legacy: str, limit: int = 3) -> list[Entry] | None:
-        """Up to `limit` intact entries with a receipt still under an old-style fingerprint, newest
-        first; None when no entry at all is under it (nothing to relabel)."""
-        if self.db.execute("SELECT 1 FROM entries WHERE fingerprint = ? LIMIT 1", [legacy]).fetchone() is None:
-            return None
-        return [Entry.from_row(r) for r in self.db.query(
-            "SELECT * FROM entries WHERE fingerprint = ? AND receipt IS NOT NULL AND damaged IS NULL ORDER BY id DESC LIMIT ?",
-            [legacy, limit])]
-
-    def relabel_fingerprint(self, legacy: str, fingerprint: str) -> int:
-        """Move entries made under an old-style fingerprint (version 1, which hashed the CPU feature
-        string) to the probe fingerprint of the engine whose old-style fingerprint it is. Their
-        proof does not change. Returns how many moved."""
-        if legacy == fingerprint or self.db.execute("SELECT 1 FROM entries WHERE fingerprint = ? LIMIT 1", [legacy]).fetchone() is None:
-            return 0
-        with self.write():
-            n = self.db.execute("UPDATE entries SET fingerprint = ? WHERE fingerprint = ?", [fingerprint, legacy]).rowcount
-            self.db.execute("INSERT OR REPLACE INTO fingerprint_relabels (legacy, fingerprint, entries, relabelled_at) "
-                            "VALUES (?, ?, ?, ?)", [legacy, fingerprint, n, now()])
-        return n
 
     # -- reading -------------------------------------------------------------------------------
     def get(self, entry_id: int) -> Entry:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 import pytest
@@ -33,6 +34,7 @@ def engine(model_path):
 
     eng = Engine.load(EngineConfig(model_path=model_path), model_sha256(model_path))
     yield eng
+    gc.collect()  # services dropped in reference cycles (exception tracebacks) free their warm contexts
     eng.close()
 
 

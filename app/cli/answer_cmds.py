@@ -39,8 +39,8 @@ def ask(state, question, context_file, budget, no_library, as_json) -> None:
     def stream(_tok: int, piece: str) -> None:
         click.echo(piece, nl=False)
 
-    with open_library() as lib:
-        r = run_ask(LibraryService(engine, lib), question, context=context, budget=budget,
+    with open_library() as lib, LibraryService(engine, lib) as service:
+        r = run_ask(service, question, context=context, budget=budget,
                     use_library=not no_library, on_token=None if as_json else stream)
     if as_json:
         emit_json(r.as_dict())
@@ -69,8 +69,8 @@ def solve(state, problems, budget, related, no_deposit, as_json) -> None:
     except ValueError as exc:
         raise LibraryError(str(exc)) from exc
     engine = state.engine()
-    with open_library() as lib:
-        out = run_solve(LibraryService(engine, lib), items, budget=budget, related=related, deposit=not no_deposit,
+    with open_library() as lib, LibraryService(engine, lib) as service:
+        out = run_solve(service, items, budget=budget, related=related, deposit=not no_deposit,
                         progress=stage_progress("solve"))
     if as_json:
         emit_json(out)
@@ -117,8 +117,7 @@ def verify(state, packs, use_library, replay, samples, receipts, check, as_json)
     engine = state.engine()
     readers = []
     try:
-        with open_library() as lib:
-            service = LibraryService(engine, lib)
+        with open_library() as lib, LibraryService(engine, lib) as service:
             items, inputs = [], []
             for p in packs:
                 inp, reader = pack_inputs(p)

@@ -51,9 +51,9 @@ def deposit(state, source, text, question, answer, kind, title, confirmed, as_js
     if confirmed and answer is None:
         raise click.UsageError("--confirmed vouches for an --answer: give one")
     engine = state.engine()
-    with open_library() as lib:
-        res = LibraryService(engine, lib).deposit(body, question=question, answer=answer, kind=kind, title=title,
-                                                  on_progress=token_progress("prefill"), vouched_by="you" if confirmed else None)
+    with open_library() as lib, LibraryService(engine, lib) as service:
+        res = service.deposit(body, question=question, answer=answer, kind=kind, title=title,
+                              on_progress=token_progress("prefill"), vouched_by="you" if confirmed else None)
     if as_json:
         emit_json(res.as_dict())
     else:

@@ -65,8 +65,7 @@ def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
     engine = state.engine()
     imported = skipped = replayed = 0
     refused, replay_s = [], 0.0
-    with open_library() as lib:
-        service = LibraryService(engine, lib)
+    with open_library() as lib, LibraryService(engine, lib) as service:
         for f in files:
             try:
                 res = import_pack(service, f, rebuild=rebuild, progress=stage_progress(f"import {Path(f).name}"),
@@ -107,8 +106,8 @@ def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
 def build(state, problems, output, as_json) -> None:
     """Deposit each {question, solution, answer} of a JSONL file and export exactly those as a pack."""
     engine = state.engine()
-    with open_library() as lib:
-        res = build_pack(LibraryService(engine, lib), problems, output, progress=stage_progress("build"))
+    with open_library() as lib, LibraryService(engine, lib) as service:
+        res = build_pack(service, problems, output, progress=stage_progress("build"))
     if as_json:
         emit_json(res)
     else:
