@@ -370,7 +370,8 @@ class Library(ProvenanceRecords):
     def stats(self, n_ctx: int | None = None, fingerprint: str | None = None) -> dict:
         q = self.db.execute
         entries = q("SELECT count(*) FROM entries").fetchone()[0]
-        tokens = q("SELECT coalesce(sum(n_tokens), 0) FROM entries").fetchone()[0]
+        # an answer-ready state repeats its solution's text: its tokens are not more knowledge stored
+        tokens = q("SELECT coalesce(sum(n_tokens), 0) FROM entries WHERE kind <> 'answer'").fetchone()[0]
         blobs, nbytes, canonical_bytes, legacy = q(
             "SELECT count(*), coalesce(sum(coalesce(stored_size, size)), 0), coalesce(sum(size), 0), "
             "coalesce(sum(canonical IS NOT 1), 0) FROM blobs").fetchone()

@@ -95,7 +95,8 @@ def test_cli_library_contracts(engine, monkeypatch, tmp_path):
         assert {"id", "kind", "question", "tokens", "blob_sha256"} <= set(e)
     stats = json.loads(run(cli, ["stats", "--json"]).stdout)
     assert stats["entries"] == 3 and stats["blobs"] == 3
-    assert stats["tokens"] == sum(e["tokens"] for e in listed)
+    assert stats["tokens"] == sum(e["tokens"] for e in listed if e["kind"] != "answer")  # not counted twice
+    assert stats["by_kind"]["answer"] == 1
     assert stats["context_multiple"] == pytest.approx(stats["tokens"] / 8192)
     assert stats["canonical_bytes"] == sum(e["blob_size"] for e in listed)
     assert stats["bytes"] < stats["canonical_bytes"]  # on disk: compact, the ~900-token deposit is past the window
