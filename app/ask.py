@@ -109,9 +109,7 @@ def ask(
 
     if entry is not None and entry.graftable(fp):
         suffix = model.tokenize(ask_suffix(question), add_bos=False)
-        ready = service.answer_ready(entry)
-        if ready is not None and ready.tokens[entry.n_tokens :] != suffix[:-1]:
-            ready = None  # asked in other words than the stored question: its answer-ready state does not apply
+        ready = service.answer_ready(entry, suffix)  # None when asked in other words than the stored question
         with service.session() as s:
             g = None
             if ready is not None:  # graft the text and question but one token, decode that one token

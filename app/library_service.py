@@ -180,11 +180,14 @@ class LibraryService:
             proof=LOCAL, schedule=schedule, vouched_by=vouched_by if entry.answer is not None else None)
         return ready
 
-    def answer_ready(self, entry: Entry) -> Entry | None:
-        """The graftable answer-ready state stored for a solution entry, if any."""
+    def answer_ready(self, entry: Entry, suffix: list[int] | None = None) -> Entry | None:
+        """The graftable answer-ready state stored for a solution entry and the question suffix
+        `suffix` (default: the entry's own question's), if any. It is found by its tokens, so a suffix
+        asked in other words than the stored question finds none."""
         if entry.kind != "solution" or not entry.question:
             return None
-        probe = self.engine.model.tokenize(replay_probe_text(entry.kind, entry.question), add_bos=False)
+        probe = suffix if suffix is not None else \
+            self.engine.model.tokenize(replay_probe_text(entry.kind, entry.question), add_bos=False)
         if len(probe) < 2:
             return None
         ready = self.library.find_same(tokens_sha256(entry.tokens + probe[:-1]), self.engine.fingerprint, "answer",

@@ -13,11 +13,14 @@ bits across batch sizes, a GPU backend is not known to).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from engine.compaction import canonicalize
 from engine.compare import logits_sha256
+from engine.state import parse_state
 from engine.engine import Engine
 from library.tokens import tokens_sha256
 
@@ -119,8 +122,10 @@ def replay(engine: Engine, tokens: Sequence[int], kind: str, question: str | Non
     t0 = time.perf_counter()
     with eng.session() as s:
         prefill_in_schedule(s, tokens, schedule, on_progress=on_progress)
-        raw = s.snapshot(canonical=False).sha256
-        canonical = s.snapshot().sha256
+        data, _ = s.canonical_state(canonical=False)  # one read of the state: hashed as written, then canonical
+        raw = hashlib.sha256(data).hexdigest()
+        canonicalize(data, parse_state(data, eng.layout, max_cells=eng.config.n_ctx), eng.window)
+        canonical = hashlib.sha256(data).hexdigest()
         s.prefill(probe_tokens)
         fresh = logits_sha256(s.logits())
     receipt = {"probe": probe, "probe_tokens_sha256": tokens_sha256(probe_tokens), "fresh_logits_sha256": fresh,
