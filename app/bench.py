@@ -27,12 +27,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from engine.compare import logits_sha256
-from engine.engine import Engine
-from engine.peers import LlamaCppPythonPeer
-from engine.session import Snapshot
-from library.blobstore import BlobStore
-from library.index import Library
+from kvgraft.engine.compare import logits_sha256
+from kvgraft.engine.engine import Engine
+from kvgraft.engine.peers import LlamaCppPythonPeer
+from kvgraft.engine.session import Snapshot
+from kvgraft.library.blobstore import BlobStore
+from kvgraft.library.index import Library
 
 from . import __version__
 from .ask import ask
@@ -44,8 +44,12 @@ from .problems import GENERATOR, starter_problems
 from .textgen import prefix_tokens
 
 QUESTION = " Question: which word in the text above came up most often, and how often did it come up? Answer:"
-TARGETS = {"graft_vs_prefill": {2048: 150, 4096: 200}, "ttft_fresh_vs_kvgraft": {2048: 50, 4096: 100},
-           "peer_state_vs_kvgraft": 10, "graft_vs_floor_max": 2.0}
+TARGETS = {
+    "graft_vs_prefill": {2048: 150, 4096: 200},
+    "ttft_fresh_vs_kvgraft": {2048: 50, 4096: 100},
+    "peer_state_vs_kvgraft": 10,
+    "graft_vs_floor_max": 2.0,
+}
 
 
 def _median(xs: list[float]) -> float:
@@ -65,8 +69,9 @@ def _tokens_sha(tokens) -> str:
     return hashlib.sha256(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()
 
 
-def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callable[[str], None],
-                   plain: Library | None = None) -> tuple[list[dict], dict]:
+def prefix_methods(
+    engine: Engine, lib: Library, n: int, runs: int, say: Callable[[str], None], plain: Library | None = None
+) -> tuple[list[dict], dict]:
     """fresh, kvgraft and the floor for one prefix length (the peers run later: their 0.5 GB pickles
     churn the page cache and memory bandwidth, which would tax whatever runs right after them).
     With `plain`, a second library holding the same blob without compaction: its size and graft
@@ -79,19 +84,38 @@ def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callabl
     question = model.tokenize(QUESTION, add_bos=False)[:16]
     prompt = prefix + question
     fp = engine.fingerprint
-    out, extra = [], {"prefix_tokens": n, "prefix_tokens_sha256": _tokens_sha(prefix), "question_tokens_sha256": _tokens_sha(question)}
+    out, extra = (
+        [],
+        {
+            "prefix_tokens": n,
+            "prefix_tokens_sha256": _tokens_sha(prefix),
+            "question_tokens_sha256": _tokens_sha(question),
+        },
+    )
     with engine.session() as s:
         say(f"{n} tokens: storing the prefix")
         s.prefill(prefix)
         snap = s.snapshot()
-        entry, _ = lib.add_entry(kind="prefix", text=model.detokenize(prefix), tokens=prefix, blob=snap.data, fingerprint=fp,
-                                 elided=snap.elided)
+        entry, _ = lib.add_entry(
+            kind="prefix",
+            text=model.detokenize(prefix),
+            tokens=prefix,
+            blob=snap.data,
+            fingerprint=fp,
+            elided=snap.elided,
+        )
         stored = lib.blobs.size(entry.blob_sha256)
-        extra.update(blob_sha256=entry.blob_sha256, blob_bytes=entry.blob_size, stored_bytes=stored,
-                     bytes_per_token_uncompacted=entry.blob_size / n, bytes_per_token_compacted=stored / n)
+        extra.update(
+            blob_sha256=entry.blob_sha256,
+            blob_bytes=entry.blob_size,
+            stored_bytes=stored,
+            bytes_per_token_uncompacted=entry.blob_size / n,
+            bytes_per_token_compacted=stored / n,
+        )
         if plain is not None:
-            plain_entry, _ = plain.add_entry(kind="prefix", text=model.detokenize(prefix), tokens=prefix, blob=snap.data,
-                                             fingerprint=fp)
+            plain_entry, _ = plain.add_entry(
+                kind="prefix", text=model.detokenize(prefix), tokens=prefix, blob=snap.data, fingerprint=fp
+            )
 
         say(f"{n} tokens: fresh x{runs}")
         ttft, pre, fresh_shas = [], [], []
@@ -107,9 +131,20 @@ def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callabl
         # Fresh is the reference, so its own "exact" is run-to-run determinism: the same prompt in the
         # same decode schedule, SHA-256-equal logits every run. One run compares nothing.
         deterministic = len(set(fresh_shas)) == 1 if runs >= 2 else None
-        out.append({"method": "fresh", "prefix_tokens": n, "median_s": _median(ttft), "exact": deterministic,
-                    "deterministic": deterministic, "distinct_logits_sha256": len(set(fresh_shas)), "runs_s": ttft})
-        extra.update(prefill_prefix_s=_median(pre), fresh_logits_sha256=fresh_shas[0], fresh_deterministic=deterministic)
+        out.append(
+            {
+                "method": "fresh",
+                "prefix_tokens": n,
+                "median_s": _median(ttft),
+                "exact": deterministic,
+                "deterministic": deterministic,
+                "distinct_logits_sha256": len(set(fresh_shas)),
+                "runs_s": ttft,
+            }
+        )
+        extra.update(
+            prefill_prefix_s=_median(pre), fresh_logits_sha256=fresh_shas[0], fresh_deterministic=deterministic
+        )
 
         say(f"{n} tokens: kvgraft x{runs}")
         ttft, alone, lookup, shas = [], [], [], []
@@ -125,8 +160,17 @@ def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callabl
             ttft.append(time.perf_counter() - t0)
             alone.append(t2 - t1)
             lookup.append(t1 - t0)
-        out.append({"method": "kvgraft", "prefix_tokens": n, "median_s": _median(ttft), "exact": _equal_to_fresh(shas, fresh_shas),
-                    "runs_s": ttft, "graft_alone_s": _median(alone), "lookup_s": _median(lookup)})
+        out.append(
+            {
+                "method": "kvgraft",
+                "prefix_tokens": n,
+                "median_s": _median(ttft),
+                "exact": _equal_to_fresh(shas, fresh_shas),
+                "runs_s": ttft,
+                "graft_alone_s": _median(alone),
+                "lookup_s": _median(lookup),
+            }
+        )
         extra.update(graft_alone_s=_median(alone), graft_logits_sha256=shas[-1])
         if plain is not None:
             say(f"{n} tokens: graft without compaction x{runs}")
@@ -138,7 +182,9 @@ def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callabl
                 times.append(time.perf_counter() - t1)
                 s.prefill(question)
                 plain_shas.append(logits_sha256(s.logits()))
-            extra.update(graft_alone_uncompacted_s=_median(times), uncompacted_exact=_equal_to_fresh(plain_shas, fresh_shas))
+            extra.update(
+                graft_alone_uncompacted_s=_median(times), uncompacted_exact=_equal_to_fresh(plain_shas, fresh_shas)
+            )
 
     say(f"{n} tokens: floor (page-cache read of the uncompacted blob + one memcpy) x{runs}")
     path = (plain or lib).blobs.path(entry.blob_sha256)
@@ -158,7 +204,9 @@ def prefix_methods(engine: Engine, lib: Library, n: int, runs: int, say: Callabl
     return out, extra
 
 
-def peer_methods(engine: Engine, peer: LlamaCppPythonPeer, n: int, peer_runs: int, say: Callable[[str], None]) -> list[dict]:
+def peer_methods(
+    engine: Engine, peer: LlamaCppPythonPeer, n: int, peer_runs: int, say: Callable[[str], None]
+) -> list[dict]:
     model = engine.model
     prefix = prefix_tokens(model, n, seed=n)
     question = model.tokenize(QUESTION, add_bos=False)[:16]
@@ -172,16 +220,30 @@ def peer_methods(engine: Engine, peer: LlamaCppPythonPeer, n: int, peer_runs: in
         t, sha = peer.state_ttft(state, question)
         ttft.append(t)
         shas.add(sha)
-    out.append({"method": "llama_cpp_python_state", "prefix_tokens": n, "median_s": _median(ttft),
-                "exact": shas == {peer_fresh_sha}, "runs_s": ttft})
+    out.append(
+        {
+            "method": "llama_cpp_python_state",
+            "prefix_tokens": n,
+            "median_s": _median(ttft),
+            "exact": shas == {peer_fresh_sha},
+            "runs_s": ttft,
+        }
+    )
     say(f"{n} tokens: llama-cpp-python LlamaDiskCache x{peer_runs}")
     ttft, shas = [], set()
     for _ in range(peer_runs):
         t, sha = peer.disk_cache_ttft(tuple(prefix), state, question)
         ttft.append(t)
         shas.add(sha)
-    out.append({"method": "llama_cpp_python_disk_cache", "prefix_tokens": n, "median_s": _median(ttft),
-                "exact": shas == {peer_fresh_sha}, "runs_s": ttft})
+    out.append(
+        {
+            "method": "llama_cpp_python_disk_cache",
+            "prefix_tokens": n,
+            "median_s": _median(ttft),
+            "exact": shas == {peer_fresh_sha},
+            "runs_s": ttft,
+        }
+    )
     del state
     return out
 
@@ -195,16 +257,33 @@ def decode_economy(engine: Engine, lib: Library, n: int, say) -> dict:
         service.deposit_solution(p.question, p.solution, p.answer, vouched_by=GENERATOR)
         fresh = ask(service, p.question, budget=96, use_library=False)
         graft = ask(service, p.question)
-        rows.append({"id": p.id, "fresh_tokens": fresh.tokens_decoded, "fresh_s": fresh.wall_ms / 1e3,
-                     "fresh_ok": get_checker("final_number")(fresh.answer, p.answer),
-                     "graft_tokens": graft.tokens_decoded, "graft_s": graft.wall_ms / 1e3,
-                     "graft_ok": bool(graft.answer_checked), "exact": graft.exact})
+        rows.append(
+            {
+                "id": p.id,
+                "fresh_tokens": fresh.tokens_decoded,
+                "fresh_s": fresh.wall_ms / 1e3,
+                "fresh_ok": get_checker("final_number")(fresh.answer, p.answer),
+                "graft_tokens": graft.tokens_decoded,
+                "graft_s": graft.wall_ms / 1e3,
+                "graft_ok": bool(graft.answer_checked),
+                "exact": graft.exact,
+            }
+        )
     ft, gt = sum(r["fresh_tokens"] for r in rows), sum(r["graft_tokens"] for r in rows)
     fs, gs = sum(r["fresh_s"] for r in rows), sum(r["graft_s"] for r in rows)
-    return {"problems": len(rows), "fresh_decode_tokens": ft, "graft_decode_tokens": gt, "token_ratio": ft / max(1, gt),
-            "fresh_s": fs, "graft_s": gs, "time_ratio": fs / max(1e-9, gs),
-            "fresh_correct": sum(r["fresh_ok"] for r in rows), "graft_correct": sum(r["graft_ok"] for r in rows),
-            "exact_grafts": sum(r["exact"] is True for r in rows), "rows": rows}
+    return {
+        "problems": len(rows),
+        "fresh_decode_tokens": ft,
+        "graft_decode_tokens": gt,
+        "token_ratio": ft / max(1, gt),
+        "fresh_s": fs,
+        "graft_s": gs,
+        "time_ratio": fs / max(1e-9, gs),
+        "fresh_correct": sum(r["fresh_ok"] for r in rows),
+        "graft_correct": sum(r["graft_ok"] for r in rows),
+        "exact_grafts": sum(r["exact"] is True for r in rows),
+        "rows": rows,
+    }
 
 
 KV_KINDS = (("f16", "f16", False), ("q8_0", "q8_0", True))
@@ -236,12 +315,22 @@ def kv_types(engine: Engine, say, n: int = 1024, kinds=KV_KINDS) -> list[dict]:
                 s.prefill(q)
                 graft_sha, graft_gen = logits_sha256(s.logits()), s.generate(4, stop_at_eog=False).tokens
             elided = int(snap.elided[:, 1].sum()) if len(snap.elided) else 0
-            out.append({"type_k": tk, "type_v": tv, "flash_attn": fa, "prefix_tokens": n,
-                        "state_bytes": len(snap.data), "state_bytes_per_token": len(snap.data) / n,
-                        "elided_bytes": elided,
-                        "stored_bytes": stored.stored_size, "stored_bytes_per_token": stored.stored_size / n,
-                        "fresh_logits_sha256": fresh_sha, "graft_logits_sha256": graft_sha,
-                        "graft_exact": fresh_sha == graft_sha and fresh_gen == graft_gen})
+            out.append(
+                {
+                    "type_k": tk,
+                    "type_v": tv,
+                    "flash_attn": fa,
+                    "prefix_tokens": n,
+                    "state_bytes": len(snap.data),
+                    "state_bytes_per_token": len(snap.data) / n,
+                    "elided_bytes": elided,
+                    "stored_bytes": stored.stored_size,
+                    "stored_bytes_per_token": stored.stored_size / n,
+                    "fresh_logits_sha256": fresh_sha,
+                    "graft_logits_sha256": graft_sha,
+                    "graft_exact": fresh_sha == graft_sha and fresh_gen == graft_gen,
+                }
+            )
     return out
 
 
@@ -267,8 +356,11 @@ def run_bench(engine: Engine, quick: bool, say: Callable[[str], None] = lambda m
     if engine.config.n_ctx < max(lengths) + 64:
         raise ValueError(f"the benchmark needs n_ctx >= {max(lengths) + 64}")
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kvgraft-bench-") as tmp, Library(Path(tmp) / "lib") as lib, \
-            Library(Path(tmp) / "plain") as plain:
+    with (
+        tempfile.TemporaryDirectory(prefix="kvgraft-bench-") as tmp,
+        Library(Path(tmp) / "lib") as lib,
+        Library(Path(tmp) / "plain") as plain,
+    ):
         results, extras = [], []
         for n in lengths:
             r, x = prefix_methods(engine, lib, n, runs, say, plain=plain)
@@ -305,15 +397,18 @@ def run_bench(engine: Engine, quick: bool, say: Callable[[str], None] = lambda m
         "kv_types": kv,
         "seconds": time.perf_counter() - t0,
     }
-    out["outputs_sha256"] = hashlib.sha256(json.dumps(
-        [(x["blob_sha256"], x["fresh_logits_sha256"], x["graft_logits_sha256"]) for x in extras]).encode()).hexdigest()
+    out["outputs_sha256"] = hashlib.sha256(
+        json.dumps([(x["blob_sha256"], x["fresh_logits_sha256"], x["graft_logits_sha256"]) for x in extras]).encode()
+    ).hexdigest()
     return out
 
 
 METHODS = ["fresh", "kvgraft", "llama_cpp_python_state", "llama_cpp_python_disk_cache", "floor"]
-EXACT_NOTE = ("\"exact\" comes from a logits comparison (blank: none ran): for fresh, its runs (same prompt, same decode "
-              "schedule) gave logits SHA-256-equal to each other; for the others, every run's logits were SHA-256-equal "
-              "to every fresh run of that stack.")
+EXACT_NOTE = (
+    '"exact" comes from a logits comparison (blank: none ran): for fresh, its runs (same prompt, same decode '
+    "schedule) gave logits SHA-256-equal to each other; for the others, every run's logits were SHA-256-equal "
+    "to every fresh run of that stack."
+)
 
 
 def method_table(res: dict) -> str:
@@ -343,37 +438,67 @@ def markdown_table(res: dict) -> str:
     lines = [method_table(res)]
     rat = res["ratios"]
     lines += ["", "| ratio | " + " | ".join(f"{n:,}" for n in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
-    for key, label in (("graft_vs_prefill", "prefill the prefix / graft alone"), ("ttft_fresh_vs_kvgraft", "TTFT fresh / kvgraft"),
-                       ("peer_state_vs_kvgraft", "TTFT llama_cpp_python_state / kvgraft"),
-                       ("peer_disk_cache_vs_kvgraft", "TTFT llama_cpp_python_disk_cache / kvgraft"),
-                       ("graft_vs_floor", "graft alone / floor")):
+    for key, label in (
+        ("graft_vs_prefill", "prefill the prefix / graft alone"),
+        ("ttft_fresh_vs_kvgraft", "TTFT fresh / kvgraft"),
+        ("peer_state_vs_kvgraft", "TTFT llama_cpp_python_state / kvgraft"),
+        ("peer_disk_cache_vs_kvgraft", "TTFT llama_cpp_python_disk_cache / kvgraft"),
+        ("graft_vs_floor", "graft alone / floor"),
+    ):
         lines.append(f"| {label} | " + " | ".join(f"{rat[str(n)][key]:,.1f}x" for n in lengths) + " |")
     lines += ["", recurring_table(res.get("kvgraft_recurring") or [])]
     e = res["decode_economy"]
-    lines += ["", (f"Decode-token economy ({e['problems']} starter problems): fresh {e['fresh_decode_tokens']} decode tokens, "
-                   f"{e['fresh_correct']}/{e['problems']} correct, {e['fresh_s']:.1f} s; from the library {e['graft_decode_tokens']} tokens, "
-                   f"{e['graft_correct']}/{e['problems']} correct, {e['graft_s']:.1f} s: {e['token_ratio']:.0f}x fewer tokens, "
-                   f"{e['time_ratio']:.0f}x less time; {e['exact_grafts']}/{e['problems']} grafts exact.")]
+    lines += [
+        "",
+        (
+            f"Decode-token economy ({e['problems']} starter problems): fresh {e['fresh_decode_tokens']} decode tokens, "
+            f"{e['fresh_correct']}/{e['problems']} correct, {e['fresh_s']:.1f} s; from the library "
+            f"{e['graft_decode_tokens']} tokens, "
+            f"{e['graft_correct']}/{e['problems']} correct, {e['graft_s']:.1f} s: {e['token_ratio']:.0f}x fewer "
+            "tokens, "
+            f"{e['time_ratio']:.0f}x less time; {e['exact_grafts']}/{e['problems']} grafts exact."
+        ),
+    ]
     xs = {x["prefix_tokens"]: x for x in res["prefixes"]}
     if all("graft_alone_uncompacted_s" in xs[n] for n in lengths):
-        lines += ["", "| compaction | " + " | ".join(f"{n:,}" for n in lengths) + " |", "| --- |" + " --- |" * len(lengths)]
-        for key, label, fmt in (("bytes_per_token_uncompacted", "blob bytes/token, uncompacted", "{:,.0f}"),
-                                ("bytes_per_token_compacted", "blob bytes/token, compacted", "{:,.0f}"),
-                                ("graft_alone_uncompacted_s", "graft alone, uncompacted (ms)", "ms"),
-                                ("graft_alone_s", "graft alone, compacted (ms)", "ms")):
+        lines += [
+            "",
+            "| compaction | " + " | ".join(f"{n:,}" for n in lengths) + " |",
+            "| --- |" + " --- |" * len(lengths),
+        ]
+        for key, label, fmt in (
+            ("bytes_per_token_uncompacted", "blob bytes/token, uncompacted", "{:,.0f}"),
+            ("bytes_per_token_compacted", "blob bytes/token, compacted", "{:,.0f}"),
+            ("graft_alone_uncompacted_s", "graft alone, uncompacted (ms)", "ms"),
+            ("graft_alone_s", "graft alone, compacted (ms)", "ms"),
+        ):
             cells = [f"{xs[n][key] * 1e3:,.1f}" if fmt == "ms" else fmt.format(xs[n][key]) for n in lengths]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
         both = [(xs[n]["uncompacted_exact"], by[("kvgraft", n)]["exact"]) for n in lengths]
-        lines.append("| both exact | " + " | ".join("yes" if a is True and b is True else "not compared" if None in (a, b) else "**no**"
-                                                for a, b in both) + " |")
-    kv = ", ".join(f"{k['type_k']}/{k['type_v']}{' (flash attn)' if k['flash_attn'] else ''}: whole state "
-                   f"{k['state_bytes_per_token']:,.0f} B/token, stored (compacted) {k['stored_bytes_per_token']:,.0f} B/token, "
-                   f"graft {'exact' if k['graft_exact'] else 'NOT exact'}" for k in res["kv_types"])
+        lines.append(
+            "| both exact | "
+            + " | ".join(
+                "yes" if a is True and b is True else "not compared" if None in (a, b) else "**no**" for a, b in both
+            )
+            + " |"
+        )
+    kv = ", ".join(
+        f"{k['type_k']}/{k['type_v']}{' (flash attn)' if k['flash_attn'] else ''}: whole state "
+        f"{k['state_bytes_per_token']:,.0f} B/token, stored (compacted) {k['stored_bytes_per_token']:,.0f} B/token, "
+        f"graft {'exact' if k['graft_exact'] else 'NOT exact'}"
+        for k in res["kv_types"]
+    )
     kv_n = sorted({k["prefix_tokens"] for k in res["kv_types"]})
     lines += ["", f"KV cache types at {', '.join(f'{n:,}' for n in kv_n)} tokens: {kv}."]
-    lines += ["", "Lookup latency: " + "; ".join(f"{r['entries']:,} entries: exact {r['exact_question_ms']:.3f} ms, longest prefix "
-                                                 f"{r['longest_prefix_hit_ms']:.3f} ms (miss {r['longest_prefix_miss_ms']:.3f} ms)"
-                                                 for r in res["library_scale"])]
+    lines += [
+        "",
+        "Lookup latency: "
+        + "; ".join(
+            f"{r['entries']:,} entries: exact {r['exact_question_ms']:.3f} ms, longest prefix "
+            f"{r['longest_prefix_hit_ms']:.3f} ms (miss {r['longest_prefix_miss_ms']:.3f} ms)"
+            for r in res["library_scale"]
+        ),
+    ]
     return "\n".join(lines)
 
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from engine.compare import logits_sha256
-from engine.engine import Engine
-from library.index import Library
+from kvgraft.engine.compare import logits_sha256
+from kvgraft.engine.engine import Engine
+from kvgraft.library.index import Library
 
 from .ask import ask
 from .library_service import LibraryService
@@ -34,22 +34,32 @@ def recurring_table(rows: list[dict]) -> str:
     """The recurring-answer table: time to first token, fresh vs from the library, and the bound."""
     if not rows:
         return ""
-    head = "| recurring answer (time to first token) | " + " | ".join(f"{r['prefix_tokens']:,} tokens" for r in rows) + " |"
+    head = (
+        "| recurring answer (time to first token) | "
+        + " | ".join(f"{r['prefix_tokens']:,} tokens" for r in rows)
+        + " |"
+    )
     lines = [head, "| --- |" + " --- |" * len(rows)]
-    for key, label, fmt in (("fresh_median_s", "fresh: solution + question prefilled", "ms"),
-                            ("median_s", "kvgraft: lookup, graft answer-ready state, one token", "ms"),
-                            ("graft_plus_one_decode_s", "graft alone + one decode step", "ms"),
-                            ("ratio_fresh_vs_recurring", "fresh / kvgraft", "x"),
-                            ("vs_graft_plus_one_decode", "kvgraft / (graft + one decode)", "x")):
+    for key, label, fmt in (
+        ("fresh_median_s", "fresh: solution + question prefilled", "ms"),
+        ("median_s", "kvgraft: lookup, graft answer-ready state, one token", "ms"),
+        ("graft_plus_one_decode_s", "graft alone + one decode step", "ms"),
+        ("ratio_fresh_vs_recurring", "fresh / kvgraft", "x"),
+        ("vs_graft_plus_one_decode", "kvgraft / (graft + one decode)", "x"),
+    ):
         cells = [f"{r[key] * 1e3:,.1f} ms" if fmt == "ms" else f"{r[key]:,.2f}x" for r in rows]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines.append("| exact (logits before the first answer token compared) | "
-                 + " | ".join("yes" if r["exact"] else "**no**" for r in rows) + " |")
+    lines.append(
+        "| exact (logits before the first answer token compared) | "
+        + " | ".join("yes" if r["exact"] else "**no**" for r in rows)
+        + " |"
+    )
     return "\n".join(lines)
 
 
 def solution_of(model, n_tokens: int) -> str:
     """A worked solution whose stored text (app/problems.solution_text) is exactly `n_tokens` tokens."""
+
     def size(words: int, tail: str) -> int:
         return len(model.tokenize(solution_text(QUESTION, synthetic_text(words, seed=n_tokens) + tail, ANSWER)))
 
@@ -77,7 +87,9 @@ def recurring(engine: Engine, lib: Library, n: int, runs: int, say: Callable[[st
     for _ in range(runs):
         r = ask(service, QUESTION)
         if r.entry_id != entry.id or r.tokens_restored != ready.n_tokens:
-            raise RuntimeError(f"the recurring ask grafted entry #{r.entry_id} ({r.tokens_restored} tokens), not #{entry.id}")
+            raise RuntimeError(
+                f"the recurring ask grafted entry #{r.entry_id} ({r.tokens_restored} tokens), not #{entry.id}"
+            )
         ttft.append(r.ttft_ms / 1e3)
         matches.append(r.receipt_match is True and r.answer_ready)
     suffix = model.tokenize(ask_suffix(QUESTION), add_bos=False)
@@ -101,10 +113,17 @@ def recurring(engine: Engine, lib: Library, n: int, runs: int, say: Callable[[st
             alone.append(time.perf_counter() - t0)
     fresh_match = set(fresh_shas) == {entry.receipt["fresh_logits_sha256"]}
     service.close()
-    return {"method": "kvgraft_recurring", "prefix_tokens": entry.n_tokens, "answer_ready_tokens": ready.n_tokens,
-            "median_s": statistics.median(ttft), "fresh_median_s": statistics.median(fresh_s),
-            "graft_plus_one_decode_s": statistics.median(alone),
-            "ratio_fresh_vs_recurring": statistics.median(fresh_s) / statistics.median(ttft),
-            "vs_graft_plus_one_decode": statistics.median(ttft) / statistics.median(alone),
-            "exact": all(matches) and fresh_match, "runs": runs,
-            "ready_blob_bytes": ready.blob_size, "ready_blob_stored_bytes": lib.blobs.size(ready.blob_sha256)}
+    return {
+        "method": "kvgraft_recurring",
+        "prefix_tokens": entry.n_tokens,
+        "answer_ready_tokens": ready.n_tokens,
+        "median_s": statistics.median(ttft),
+        "fresh_median_s": statistics.median(fresh_s),
+        "graft_plus_one_decode_s": statistics.median(alone),
+        "ratio_fresh_vs_recurring": statistics.median(fresh_s) / statistics.median(ttft),
+        "vs_graft_plus_one_decode": statistics.median(ttft) / statistics.median(alone),
+        "exact": all(matches) and fresh_match,
+        "runs": runs,
+        "ready_blob_bytes": ready.blob_size,
+        "ready_blob_stored_bytes": lib.blobs.size(ready.blob_sha256),
+    }

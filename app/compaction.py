@@ -20,11 +20,11 @@ import logging
 from pathlib import Path
 from typing import Callable
 
-from engine.compaction import WindowSpec, canonicalize
-from engine.errors import SnapshotError
-from engine.state import parse_state
-from library.errors import BlobCorrupt, BlobUnreadable, BlobMissing
-from library.index import Library, now
+from kvgraft.engine.compaction import WindowSpec, canonicalize
+from kvgraft.engine.errors import SnapshotError
+from kvgraft.engine.state import parse_state
+from kvgraft.library.errors import BlobCorrupt, BlobMissing, BlobUnreadable
+from kvgraft.library.index import Library, now
 
 from .gguf_check import NotAModel, inspect_gguf
 
@@ -54,7 +54,9 @@ def local_windows(candidates: list[Path] | None = None) -> WindowLookup:
 
 
 def uncompacted(lib: Library) -> list[tuple[str, int]]:
-    return [(r[0], r[1]) for r in lib.db.execute("SELECT sha256, size FROM blobs WHERE canonical IS NOT 1 ORDER BY sha256")]
+    return [
+        (r[0], r[1]) for r in lib.db.execute("SELECT sha256, size FROM blobs WHERE canonical IS NOT 1 ORDER BY sha256")
+    ]
 
 
 def compact_blob(lib: Library, sha: str, size: int, window: WindowLookup) -> dict:
@@ -81,8 +83,10 @@ def compact_blob(lib: Library, sha: str, size: int, window: WindowLookup) -> dic
             lib.insert_blob_row(stored)
             if new != sha:
                 lib.db.execute("UPDATE entries SET blob_sha256 = ? WHERE blob_sha256 = ?", [new, sha])
-                lib.db.execute("INSERT OR REPLACE INTO blob_aliases (legacy_sha256, sha256, converted_at) VALUES (?, ?, ?)",
-                               [sha, new, now()])
+                lib.db.execute(
+                    "INSERT OR REPLACE INTO blob_aliases (legacy_sha256, sha256, converted_at) VALUES (?, ?, ?)",
+                    [sha, new, now()],
+                )
                 lib.db.execute("DELETE FROM blobs WHERE sha256 = ?", [sha])
             lib.consume_pending([pending])
     except BaseException:
@@ -90,12 +94,18 @@ def compact_blob(lib: Library, sha: str, size: int, window: WindowLookup) -> dic
         raise
     if new != sha:
         lib.blobs.delete(sha)
-    return {"blob": sha, "sha256": new, "entries": [r[0] for r in rows], "bytes_before": size,
-            "bytes_after": stored.stored_size}
+    return {
+        "blob": sha,
+        "sha256": new,
+        "entries": [r[0] for r in rows],
+        "bytes_before": size,
+        "bytes_after": stored.stored_size,
+    }
 
 
-def compact_library(lib: Library, window: WindowLookup | None = None,
-                    progress: Callable[[int, int], None] | None = None) -> dict:
+def compact_library(
+    lib: Library, window: WindowLookup | None = None, progress: Callable[[int, int], None] | None = None
+) -> dict:
     """Convert every pre-compaction blob. Returns counts, bytes before/after and what was skipped."""
     todo = uncompacted(lib)
     if not todo:

@@ -19,8 +19,8 @@ import statistics
 import time
 from typing import Callable
 
-from engine.compare import logits_sha256
-from engine.engine import Engine
+from kvgraft.engine.compare import logits_sha256
+from kvgraft.engine.engine import Engine
 
 from .ask import ask
 from .checker import get_checker
@@ -45,29 +45,57 @@ def recurring_case(service: LibraryService, say: Callable[[str], None], budget: 
     out_dir.mkdir(parents=True, exist_ok=True)
     jsonl = out_dir / "problems.jsonl"
     write_jsonl(problems, jsonl)
-    say(f"building the starter pack: {len(problems)} verified problems (solutions stored once; already stored ones are skipped)")
+    say(
+        f"building the starter pack: {len(problems)} verified problems (solutions stored once; already stored ones "
+        "are skipped)"
+    )
     t0 = time.perf_counter()
-    pack = build_pack(service, jsonl, out_dir / "starter.kvpack", vouched_by=GENERATOR,
-                      progress=lambda st, d, n: say(f"  deposited {d}/{n}") if d % 6 == 0 or d == n else None)
+    pack = build_pack(
+        service,
+        jsonl,
+        out_dir / "starter.kvpack",
+        vouched_by=GENERATOR,
+        progress=lambda st, d, n: say(f"  deposited {d}/{n}") if d % 6 == 0 or d == n else None,
+    )
     build_s = time.perf_counter() - t0
     rows = []
     say(f"answering each problem fresh (budget {budget} decode tokens), then from the library by graft")
     for p in problems:
         fresh = ask(service, p.question, budget=budget, use_library=False)
         graft = ask(service, p.question)
-        rows.append({
-            "id": p.id, "reference": p.answer,
-            "fresh_answer_sha256": _sha(fresh.answer.encode()), "fresh_ok": get_checker("final_number")(fresh.answer, p.answer),
-            "fresh_decode_tokens": fresh.tokens_decoded, "fresh_prefill_tokens": fresh.tokens_prefilled, "fresh_s": fresh.wall_ms / 1e3,
-            "graft_source": graft.source, "graft_entry": graft.entry_id, "graft_answer": graft.answer,
-            "graft_ok": bool(graft.answer_checked) and graft.source == "graft",
-            "graft_decode_tokens": graft.tokens_decoded, "graft_prefill_tokens": graft.tokens_prefilled,
-            "tokens_restored": graft.tokens_restored, "graft_ms": graft.graft_ms, "graft_s": graft.wall_ms / 1e3,
-            "fresh_ttft_ms": fresh.ttft_ms, "graft_ttft_ms": graft.ttft_ms, "answer_ready": graft.answer_ready,
-            "exact": graft.exact, "proof": graft.proof, "verified_by": graft.verified_by,
-        })
-    return {"problems_jsonl_sha256": _sha(jsonl.read_bytes()), "pack": pack, "build_s": build_s, "rows": rows,
-            "fresh_budget": budget}
+        rows.append(
+            {
+                "id": p.id,
+                "reference": p.answer,
+                "fresh_answer_sha256": _sha(fresh.answer.encode()),
+                "fresh_ok": get_checker("final_number")(fresh.answer, p.answer),
+                "fresh_decode_tokens": fresh.tokens_decoded,
+                "fresh_prefill_tokens": fresh.tokens_prefilled,
+                "fresh_s": fresh.wall_ms / 1e3,
+                "graft_source": graft.source,
+                "graft_entry": graft.entry_id,
+                "graft_answer": graft.answer,
+                "graft_ok": bool(graft.answer_checked) and graft.source == "graft",
+                "graft_decode_tokens": graft.tokens_decoded,
+                "graft_prefill_tokens": graft.tokens_prefilled,
+                "tokens_restored": graft.tokens_restored,
+                "graft_ms": graft.graft_ms,
+                "graft_s": graft.wall_ms / 1e3,
+                "fresh_ttft_ms": fresh.ttft_ms,
+                "graft_ttft_ms": graft.ttft_ms,
+                "answer_ready": graft.answer_ready,
+                "exact": graft.exact,
+                "proof": graft.proof,
+                "verified_by": graft.verified_by,
+            }
+        )
+    return {
+        "problems_jsonl_sha256": _sha(jsonl.read_bytes()),
+        "pack": pack,
+        "build_s": build_s,
+        "rows": rows,
+        "fresh_budget": budget,
+    }
 
 
 def graft_timing(service: LibraryService, say: Callable[[str], None]) -> list[dict]:
@@ -92,8 +120,18 @@ def graft_timing(service: LibraryService, say: Callable[[str], None]) -> list[di
                 g.prefill(probe)
                 exact = exact and logits_sha256(g.logits()) == entry.receipt["fresh_logits_sha256"]
         graft_s = statistics.median(times)
-        out.append({"tokens": len(tokens), "entry": entry.id, "blob_sha256": entry.blob_sha256, "blob_bytes": entry.blob_size,
-                    "prefill_s": prefill_s, "graft_s": graft_s, "ratio": prefill_s / graft_s, "exact": exact})
+        out.append(
+            {
+                "tokens": len(tokens),
+                "entry": entry.id,
+                "blob_sha256": entry.blob_sha256,
+                "blob_bytes": entry.blob_size,
+                "prefill_s": prefill_s,
+                "graft_s": graft_s,
+                "ratio": prefill_s / graft_s,
+                "exact": exact,
+            }
+        )
     return out
 
 
@@ -110,12 +148,15 @@ def run_demo(engine: Engine, on_step: Callable[[str], None] | None = None, budge
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "inputs": {"problems_jsonl_sha256": rec["problems_jsonl_sha256"], "starter_pack": rec["pack"]},
         "recurring": {
-            "problems": len(rows), "fresh_budget": rec["fresh_budget"],
-            "fresh_correct": sum(r["fresh_ok"] for r in rows), "graft_correct": sum(r["graft_ok"] for r in rows),
+            "problems": len(rows),
+            "fresh_budget": rec["fresh_budget"],
+            "fresh_correct": sum(r["fresh_ok"] for r in rows),
+            "graft_correct": sum(r["graft_ok"] for r in rows),
             "fresh_decode_tokens": sum(r["fresh_decode_tokens"] for r in rows),
             "graft_decode_tokens": sum(r["graft_decode_tokens"] for r in rows),
             "max_graft_decode_tokens": max(r["graft_decode_tokens"] for r in rows),
-            "fresh_s": sum(r["fresh_s"] for r in rows), "graft_s": sum(r["graft_s"] for r in rows),
+            "fresh_s": sum(r["fresh_s"] for r in rows),
+            "graft_s": sum(r["graft_s"] for r in rows),
             "tokens_restored": sum(r["tokens_restored"] for r in rows),
             "exact_grafts": sum(r["exact"] is True for r in rows),
             "fresh_ttft_median_ms": _median([r["fresh_ttft_ms"] for r in rows]),
@@ -166,7 +207,8 @@ def format_demo(result: dict) -> str:
         f"{'accuracy':<24}{fresh_acc:>16}{graft_acc:>20}",
         f"{'decode tokens':<24}{r['fresh_decode_tokens']:>16,}{r['graft_decode_tokens']:>20,}{tok_ratio:>9.0f}x",
         f"{'wall time':<24}{r['fresh_s']:>14.1f} s{r['graft_s']:>18.1f} s{s_ratio:>9.0f}x",
-        f"{'per answer (median)':<24}{r['fresh_answer_median_s'] * 1e3:>13,.0f} ms{r['graft_answer_median_s'] * 1e3:>17,.0f} ms"
+        f"{'per answer (median)':<24}{r['fresh_answer_median_s'] * 1e3:>13,.0f} "
+        f"ms{r['graft_answer_median_s'] * 1e3:>17,.0f} ms"
         f"{r['fresh_answer_median_s'] / max(1e-9, r['graft_answer_median_s']):>9.0f}x",
         f"{'first token (median)':<24}{_ms(r['fresh_ttft_median_ms']):>16}{_ms(r['graft_ttft_median_ms']):>20}"
         f"{_ratio(r['fresh_ttft_median_ms'], r['graft_ttft_median_ms']):>10}",
@@ -181,7 +223,10 @@ def format_demo(result: dict) -> str:
         f"{'tokens':>8} | {'blob MB':>7} | {'fresh prefill':>13} | {'graft':>9} | {'ratio':>6} | exact",
     ]
     for t in result["timing"]:
-        lines.append(f"{t['tokens']:>8,} | {t['blob_bytes'] / 1e6:>7.1f} | {t['prefill_s']:>11.2f} s | {t['graft_s'] * 1e3:>6.1f} ms | "
-                     f"{t['ratio']:>5.0f}x | {'yes' if t['exact'] else 'NO'}")
+        lines.append(
+            f"{t['tokens']:>8,} | {t['blob_bytes'] / 1e6:>7.1f} | {t['prefill_s']:>11.2f} s | "
+            f"{t['graft_s'] * 1e3:>6.1f} ms | "
+            f"{t['ratio']:>5.0f}x | {'yes' if t['exact'] else 'NO'}"
+        )
     lines += ["", f"receipts: {result['receipts_file']} (sha256 {result['receipts_sha256'][:16]}...)"]
     return "\n".join(lines)

@@ -6,8 +6,8 @@ import platform
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from engine.bindings import supports_gpu_offload
-from engine.engine import Engine
+from kvgraft.engine.bindings import supports_gpu_offload
+from kvgraft.engine.engine import Engine
 
 from . import __version__
 from .paths import data_dir, model_dir
@@ -27,7 +27,18 @@ def doctor_report(engine: Engine) -> dict:
         "kvgraft": __version__,
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "packages": {d: _version(d) for d in ("llama-cpp-python", "numpy", "gguf", "sqlite-utils", "PySide6-Essentials", "platformdirs", "click")},
+        "packages": {
+            d: _version(d)
+            for d in (
+                "llama-cpp-python",
+                "numpy",
+                "gguf",
+                "sqlite-utils",
+                "PySide6-Essentials",
+                "platformdirs",
+                "click",
+            )
+        },
         "backend": engine.backend,
         "gpu_offload_supported": supports_gpu_offload(),
         "model": {
@@ -42,9 +53,15 @@ def doctor_report(engine: Engine) -> dict:
             "n_vocab": info.n_vocab,
         },
         "config": {
-            "n_ctx": cfg.n_ctx, "n_batch": cfg.n_batch, "n_ubatch": cfg.n_ubatch, "n_threads": cfg.n_threads,
-            "n_gpu_layers": cfg.n_gpu_layers, "flash_attn": cfg.flash_attn, "type_k": cfg.type_k,
-            "type_v": cfg.type_v, "swa_full": cfg.swa_full,
+            "n_ctx": cfg.n_ctx,
+            "n_batch": cfg.n_batch,
+            "n_ubatch": cfg.n_ubatch,
+            "n_threads": cfg.n_threads,
+            "n_gpu_layers": cfg.n_gpu_layers,
+            "flash_attn": cfg.flash_attn,
+            "type_k": cfg.type_k,
+            "type_v": cfg.type_v,
+            "swa_full": cfg.swa_full,
         },
         "kv_bytes_per_token": engine.layout.bytes_per_token(),
         "compaction": engine.window.as_dict() | {"active": engine.window.active},

@@ -46,7 +46,12 @@ def inspect_gguf(path: Path) -> dict:
     arch = field("general.architecture")
     if not arch:
         raise NotAModel(f"{path.name} has no general.architecture: not a language model GGUF")
-    return {"path": str(path.resolve()), "architecture": arch, "name": field("general.name") or path.stem,
-            "tensors": len(reader.tensors), "size_bytes": path.stat().st_size,
-            # the sliding window llama.cpp reads too (0: none); canonicalization uses it without loading the model
-            "sliding_window": int_field(f"{arch}.attention.sliding_window")}
+    return {
+        "path": str(path.resolve()),
+        "architecture": arch,
+        "name": field("general.name") or path.stem,
+        "tensors": len(reader.tensors),
+        "size_bytes": path.stat().st_size,
+        # the sliding window llama.cpp reads too (0: none); canonicalization uses it without loading the model
+        "sliding_window": int_field(f"{arch}.attention.sliding_window"),
+    }

@@ -6,18 +6,17 @@ import logging
 import time
 import weakref
 from contextlib import contextmanager
-from typing import Iterator
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
-from engine.engine import Engine
-from engine.errors import EngineError, FingerprintMismatch
-from engine.session import GraftResult, Session
-from library.errors import LibraryError
-from library.index import Library
-from library.records import LOCAL, Entry, ModelRecord
-from library.tokens import tokens_sha256
-from engine.compare import logits_sha256
+from kvgraft.engine.compare import logits_sha256
+from kvgraft.engine.engine import Engine
+from kvgraft.engine.errors import EngineError, FingerprintMismatch
+from kvgraft.engine.session import GraftResult, Session
+from kvgraft.library.errors import LibraryError
+from kvgraft.library.index import Library
+from kvgraft.library.records import LOCAL, Entry, ModelRecord
+from kvgraft.library.tokens import tokens_sha256
 
 from .paths import data_dir
 from .problems import solution_text
@@ -47,9 +46,15 @@ class DepositResult:
     prefill_s: float  # 0 when an identical entry already existed and nothing was computed
 
     def as_dict(self) -> dict:
-        return {"id": self.entry.id, "created": self.created, "blob_sha256": self.entry.blob_sha256,
-                "blob_size": self.entry.blob_size, "tokens": self.entry.n_tokens, "kind": self.entry.kind,
-                "prefill_s": self.prefill_s}
+        return {
+            "id": self.entry.id,
+            "created": self.created,
+            "blob_sha256": self.entry.blob_sha256,
+            "blob_size": self.entry.blob_size,
+            "tokens": self.entry.n_tokens,
+            "kind": self.entry.kind,
+            "prefill_s": self.prefill_s,
+        }
 
 
 class LibraryService:
@@ -116,7 +121,9 @@ class LibraryService:
         tokens = self.engine.model.tokenize(text)
         limit = self.engine.config.n_ctx - 64
         if len(tokens) > limit:
-            raise EngineError(f"the text is {len(tokens):,} tokens; this context holds at most {limit:,} (raise --n-ctx)")
+            raise EngineError(
+                f"the text is {len(tokens):,} tokens; this context holds at most {limit:,} (raise --n-ctx)"
+            )
         same = self.library.find_same(tokens_sha256(tokens), self.engine.fingerprint, kind, question, answer)
         if same is not None and same.damaged is None and same.proven:
             return DepositResult(same, False, 0.0)
@@ -142,26 +149,48 @@ class LibraryService:
             g.graft(snap, bytes_verified=True)
             decode_in_calls(g, probe, calls)
             graft_sha = logits_sha256(g.logits())
-        receipt = {"probe": probe_text, "probe_tokens_sha256": tokens_sha256(probe), "probe_calls": calls,
-                   "fresh_logits_sha256": fresh_sha, "graft_logits_sha256": graft_sha, "equal": fresh_sha == graft_sha}
+        receipt = {
+            "probe": probe_text,
+            "probe_tokens_sha256": tokens_sha256(probe),
+            "probe_calls": calls,
+            "fresh_logits_sha256": fresh_sha,
+            "graft_logits_sha256": graft_sha,
+            "equal": fresh_sha == graft_sha,
+        }
         if fresh_sha != graft_sha:
             log.warning("deposit: grafted logits differ from fresh on this engine (%s)", self.engine.backend)
         entry, created = self.library.add_entry(
-            kind=kind, text=text, tokens=tokens, blob=snap.data, blob_sha256=snap.sha256,
-            fingerprint=self.engine.fingerprint, model=model_record(self.engine),
-            title=title or _title(text, question), question=question, answer=answer,
-            receipt=receipt, checker=checker, elided=snap.elided, proof=LOCAL, schedule=schedule_of(self.engine),
+            kind=kind,
+            text=text,
+            tokens=tokens,
+            blob=snap.data,
+            blob_sha256=snap.sha256,
+            fingerprint=self.engine.fingerprint,
+            model=model_record(self.engine),
+            title=title or _title(text, question),
+            question=question,
+            answer=answer,
+            receipt=receipt,
+            checker=checker,
+            elided=snap.elided,
+            proof=LOCAL,
+            schedule=schedule_of(self.engine),
             vouched_by=vouched_by if answer is not None else None,
         )
         if ready:
             try:
                 self._store_answer_ready(entry, ready_snap, probe, fresh_sha, vouched_by)
             except (LibraryError, EngineError, OSError) as exc:  # an optimisation: the solution itself is stored
-                log.warning("entry #%d: its answer-ready state was not stored (%s); it is answered the slower way",
-                            entry.id, exc)
+                log.warning(
+                    "entry #%d: its answer-ready state was not stored (%s); it is answered the slower way",
+                    entry.id,
+                    exc,
+                )
         return DepositResult(entry, created, prefill_s)
 
-    def _store_answer_ready(self, entry: Entry, snap, probe: list[int], fresh_sha: str, vouched_by: str | None) -> Entry:
+    def _store_answer_ready(
+        self, entry: Entry, snap, probe: list[int], fresh_sha: str, vouched_by: str | None
+    ) -> Entry:
         """The answer-ready state of a solution: its text and all but the last token of its question
         suffix, decoded as [text in n_batch chunks], [suffix minus one]. Asking the question is then a
         graft and one decoded token, compared with the same fresh logits as the solution's receipt."""
@@ -169,15 +198,33 @@ class LibraryService:
             g.graft(snap, bytes_verified=True)
             g.prefill(probe[-1:])
             graft_sha = logits_sha256(g.logits())
-        receipt = {"probe": "<the last token of the question suffix>", "probe_tokens_sha256": tokens_sha256(probe[-1:]),
-                   "probe_calls": [1], "fresh_logits_sha256": fresh_sha, "graft_logits_sha256": graft_sha,
-                   "equal": fresh_sha == graft_sha}
+        receipt = {
+            "probe": "<the last token of the question suffix>",
+            "probe_tokens_sha256": tokens_sha256(probe[-1:]),
+            "probe_calls": [1],
+            "fresh_logits_sha256": fresh_sha,
+            "graft_logits_sha256": graft_sha,
+            "equal": fresh_sha == graft_sha,
+        }
         schedule = {**schedule_of(self.engine), "then": [len(probe) - 1]}
         ready, _ = self.library.add_entry(
-            kind="answer", text=entry.text, tokens=list(snap.tokens), blob=snap.data, blob_sha256=snap.sha256,
-            fingerprint=self.engine.fingerprint, model=model_record(self.engine), title=entry.title,
-            question=entry.question, answer=entry.answer, receipt=receipt, checker=entry.checker, elided=snap.elided,
-            proof=LOCAL, schedule=schedule, vouched_by=vouched_by if entry.answer is not None else None)
+            kind="answer",
+            text=entry.text,
+            tokens=list(snap.tokens),
+            blob=snap.data,
+            blob_sha256=snap.sha256,
+            fingerprint=self.engine.fingerprint,
+            model=model_record(self.engine),
+            title=entry.title,
+            question=entry.question,
+            answer=entry.answer,
+            receipt=receipt,
+            checker=entry.checker,
+            elided=snap.elided,
+            proof=LOCAL,
+            schedule=schedule,
+            vouched_by=vouched_by if entry.answer is not None else None,
+        )
         return ready
 
     def answer_ready(self, entry: Entry, suffix: list[int] | None = None) -> Entry | None:
@@ -186,12 +233,16 @@ class LibraryService:
         asked in other words than the stored question finds none."""
         if entry.kind != "solution" or not entry.question:
             return None
-        probe = suffix if suffix is not None else \
-            self.engine.model.tokenize(replay_probe_text(entry.kind, entry.question), add_bos=False)
+        probe = (
+            suffix
+            if suffix is not None
+            else self.engine.model.tokenize(replay_probe_text(entry.kind, entry.question), add_bos=False)
+        )
         if len(probe) < 2:
             return None
-        ready = self.library.find_same(tokens_sha256(entry.tokens + probe[:-1]), self.engine.fingerprint, "answer",
-                                       entry.question, entry.answer)
+        ready = self.library.find_same(
+            tokens_sha256(entry.tokens + probe[:-1]), self.engine.fingerprint, "answer", entry.question, entry.answer
+        )
         return ready if ready is not None and ready.graftable(self.engine.fingerprint) else None
 
     @contextmanager
@@ -231,13 +282,27 @@ class LibraryService:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def deposit_solution(self, question: str, solution: str, answer: str, checker: str = "numeric",
-                         on_progress=None, vouched_by: str | None = None) -> DepositResult:
+    def deposit_solution(
+        self,
+        question: str,
+        solution: str,
+        answer: str,
+        checker: str = "numeric",
+        on_progress=None,
+        vouched_by: str | None = None,
+    ) -> DepositResult:
         """A solution stored in the format a small model reliably copies (app/problems.py); its answer
         counts as verified only with `vouched_by`."""
-        return self.deposit(solution_text(question, solution, answer), question=question, answer=answer,
-                            kind="solution", title=question, on_progress=on_progress, checker=checker,
-                            vouched_by=vouched_by)
+        return self.deposit(
+            solution_text(question, solution, answer),
+            question=question,
+            answer=answer,
+            kind="solution",
+            title=question,
+            on_progress=on_progress,
+            checker=checker,
+            vouched_by=vouched_by,
+        )
 
     def graft(self, session: Session, entry: Entry) -> GraftResult:
         """Read the entry's blob (integrity-checked) and graft it into the empty `session`."""
@@ -246,8 +311,10 @@ class LibraryService:
                 f"entry #{entry.id} was made under another engine fingerprint; rebuild it from its text"
             )
         if not entry.proven:  # never restore a state whose origin is unproven (docs/exact-graft.md)
-            raise UnprovenState(f"entry #{entry.id} is unproven: its state is not known to be the state of its text; "
-                                "run kvgraft verify --library --replay to prove it")
+            raise UnprovenState(
+                f"entry #{entry.id} is unproven: its state is not known to be the state of its text; "
+                "run kvgraft verify --library --replay to prove it"
+            )
         t0 = time.perf_counter()
         if len(self._graft_buf) < entry.blob_size:
             self._graft_buf = bytearray(entry.blob_size + entry.blob_size // 4)

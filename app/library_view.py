@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from library.index import GRAFTABLE, Library
+from kvgraft.library.index import GRAFTABLE, Library
 
 from .paths import data_dir
 
@@ -35,12 +35,14 @@ class LibraryView:
 
     def rows(self, fingerprint: str | None, query: str | None = None, limit: int = 100_000) -> list[Row]:
         fp = fingerprint or ""
-        base = ("SELECT e.id, e.kind, coalesce(e.title, e.question, ''), e.n_tokens, "
-                "e.answer IS NOT NULL AND e.vouched_by IS NOT NULL, "
-                "CASE WHEN e.pack_id IS NULL THEN e.source ELSE coalesce(p.file_name, e.pack_id) || "
-                "CASE WHEN p.signer IS NULL THEN ' (unsigned)' ELSE ' (signed ' || p.signer || ')' END END, "
-                f"e.fingerprint = ? AND {GRAFTABLE}, e.damaged, e.proof, e.vouched_by, "
-                "e.answer IS NOT NULL AND e.vouched_by IS NULL FROM entries e LEFT JOIN packs p ON p.id = e.pack_id")
+        base = (
+            "SELECT e.id, e.kind, coalesce(e.title, e.question, ''), e.n_tokens, "
+            "e.answer IS NOT NULL AND e.vouched_by IS NOT NULL, "
+            "CASE WHEN e.pack_id IS NULL THEN e.source ELSE coalesce(p.file_name, e.pack_id) || "
+            "CASE WHEN p.signer IS NULL THEN ' (unsigned)' ELSE ' (signed ' || p.signer || ')' END END, "
+            f"e.fingerprint = ? AND {GRAFTABLE}, e.damaged, e.proof, e.vouched_by, "
+            "e.answer IS NOT NULL AND e.vouched_by IS NULL FROM entries e LEFT JOIN packs p ON p.id = e.pack_id"
+        )
         if query and query.strip():
             # at most 10,000 search hits: few enough for one IN (...) list on any SQLite build
             ids = [e.id for e in self.library.search(query, limit=min(limit, 10_000))]
@@ -50,9 +52,13 @@ class LibraryView:
             rows = self.library.db.execute(base + f" WHERE e.id IN ({','.join('?' * len(ids))})", [fp, *ids]).fetchall()
             rows.sort(key=lambda r: order[r[0]])
         else:
-            rows = self.library.db.execute(base + " WHERE e.kind <> 'answer' ORDER BY e.id LIMIT ?", [fp, limit]).fetchall()
-        return [Row(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]), r[7], r[8] or "unproven", r[9], bool(r[10]))
-                for r in rows]
+            rows = self.library.db.execute(
+                base + " WHERE e.kind <> 'answer' ORDER BY e.id LIMIT ?", [fp, limit]
+            ).fetchall()
+        return [
+            Row(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]), r[7], r[8] or "unproven", r[9], bool(r[10]))
+            for r in rows
+        ]
 
     def stats(self, n_ctx: int) -> dict:
         return self.library.stats(n_ctx=n_ctx)

@@ -10,24 +10,24 @@ library/importer.py commits it in one transaction.
 from __future__ import annotations
 
 import datetime
-from collections import Counter
 import hashlib
 import json
-import os
 import logging
+import os
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-from engine.compaction import canonicalize, is_canonical
-from engine.state import parse_state
-from library import container
-from library.errors import StorageFull
-from library.importer import EntryProof, commit_pack
-from library.pack import FORMAT_VERSION, PackError, PackReader, pack_sha256, write_pack
-from library.records import PACK_KINDS, REPLAYED, UNPROVEN, Entry, signed_proof
-from library.signing import TrustStore, public_identity
-from library.tokens import tokens_sha256
+from kvgraft.engine.compaction import canonicalize, is_canonical
+from kvgraft.engine.state import parse_state
+from kvgraft.library import container
+from kvgraft.library.errors import StorageFull
+from kvgraft.library.importer import EntryProof, commit_pack
+from kvgraft.library.pack import FORMAT_VERSION, PackError, PackReader, pack_sha256, write_pack
+from kvgraft.library.records import PACK_KINDS, REPLAYED, UNPROVEN, Entry, signed_proof
+from kvgraft.library.signing import TrustStore, public_identity
+from kvgraft.library.tokens import tokens_sha256
 
 from . import __version__
 from .checker import get_checker
@@ -69,17 +69,27 @@ def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: 
         raise PackError(f"entries {damaged} are damaged; repair or rebuild them before exporting")
     unproven = [e.id for e in entries if not e.proven]
     if unproven:
-        raise PackError(f"entries {unproven} are unproven here (their states were never replayed or vouched for); "
-                        "run kvgraft verify --library --replay first, or leave them out")
+        raise PackError(
+            f"entries {unproven} are unproven here (their states were never replayed or vouched for); "
+            "run kvgraft verify --library --replay first, or leave them out"
+        )
     engine_info = lib.engine_info(entries[0].fingerprint)
     if engine_info is None:
-        raise PackError("the engine these entries were made under is not recorded in this library (made by an older "
-                        "kvgraft?); run kvgraft verify --library --replay to record it, then export")
+        raise PackError(
+            "the engine these entries were made under is not recorded in this library (made by an older "
+            "kvgraft?); run kvgraft verify --library --replay to record it, then export"
+        )
     shas = sorted({e.blob_sha256 for e in entries})
-    old = [sha for sha in shas if (lib.db.execute("SELECT canonical FROM blobs WHERE sha256 = ?", [sha]).fetchone() or [None])[0] != 1]
+    old = [
+        sha
+        for sha in shas
+        if (lib.db.execute("SELECT canonical FROM blobs WHERE sha256 = ?", [sha]).fetchone() or [None])[0] != 1
+    ]
     if old:
-        raise PackError(f"{len(old)} of the selected blobs are from before compaction; run kvgraft fsck --repair to compact "
-                        "them, then export")
+        raise PackError(
+            f"{len(old)} of the selected blobs are from before compaction; run kvgraft fsck --repair to compact "
+            "them, then export"
+        )
     models = {e.model_sha256 for e in entries}
     model_row = next(iter(lib.db.query("SELECT * FROM models WHERE sha256 = ?", [next(iter(models))])), None)
     if len(models) != 1 or model_row is None:
@@ -93,20 +103,42 @@ def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: 
         "engine": engine_info["info"],
         "environment": engine_info["environment"],
         "entries": [
-            {"blob_sha256": e.blob_sha256, "blob_size": e.blob_size, "blob_stored_size": _member_size(lib, e.blob_sha256),
-             "kind": e.kind, "title": e.title,
-             "question": e.question, "text": e.text, "answer": e.answer, "n_tokens": e.n_tokens,
-             "tokens_sha256": e.tokens_sha256, "checker": e.checker, "receipt": e.receipt,
-             "proof": e.proof, "verified_by": e.vouched_by, "schedule": e.schedule}
+            {
+                "blob_sha256": e.blob_sha256,
+                "blob_size": e.blob_size,
+                "blob_stored_size": _member_size(lib, e.blob_sha256),
+                "kind": e.kind,
+                "title": e.title,
+                "question": e.question,
+                "text": e.text,
+                "answer": e.answer,
+                "n_tokens": e.n_tokens,
+                "tokens_sha256": e.tokens_sha256,
+                "checker": e.checker,
+                "receipt": e.receipt,
+                "proof": e.proof,
+                "verified_by": e.vouched_by,
+                "schedule": e.schedule,
+            }
             for e in entries
         ],
     }
     by_sha = {e.blob_sha256: e for e in entries}
     declared = {item["blob_sha256"]: item["blob_stored_size"] for item in manifest["entries"]}
-    size = write_pack(path, manifest, ((sha, lambda e=e: _stored_checked(lib, e, declared[e.blob_sha256])) for sha, e in by_sha.items()),
-                      sign_key=sign_key)
-    return {"file": str(path), "entries": len(entries), "blobs": len(by_sha), "bytes": size, "sha256": pack_sha256(path),
-            "signed_by": public_identity(sign_key).key_id if sign_key else None}
+    size = write_pack(
+        path,
+        manifest,
+        ((sha, lambda e=e: _stored_checked(lib, e, declared[e.blob_sha256])) for sha, e in by_sha.items()),
+        sign_key=sign_key,
+    )
+    return {
+        "file": str(path),
+        "entries": len(entries),
+        "blobs": len(by_sha),
+        "bytes": size,
+        "sha256": pack_sha256(path),
+        "signed_by": public_identity(sign_key).key_id if sign_key else None,
+    }
 
 
 def state_size_limit(engine) -> int:
@@ -161,7 +193,8 @@ def check_compatible(engine, reader: PackReader) -> bool:
         return False
     if m.fingerprint != engine.fingerprint:
         raise PackError(
-            f"the pack was made under engine fingerprint {m.fingerprint[:12]}..., this engine is {engine.fingerprint[:12]}... "
+            f"the pack was made under engine fingerprint {m.fingerprint[:12]}..., this engine is "
+            f"{engine.fingerprint[:12]}... "
             f"({fingerprint_difference(m.raw.get('engine'), engine.fingerprint_info)}); "
             "import with --rebuild to rebuild its blobs here"
         )
@@ -179,7 +212,9 @@ def fingerprint_difference(theirs, ours: dict) -> str:
     return "; ".join(parts) or "an unknown difference"
 
 
-def validate_pack(service: LibraryService, reader: PackReader, progress: Progress = _noop) -> tuple[list[list[int]], dict]:
+def validate_pack(
+    service: LibraryService, reader: PackReader, progress: Progress = _noop
+) -> tuple[list[list[int]], dict]:
     """Everything but the proof and the commit: tokens, blob hashes and layouts. Returns the tokens of
     each entry and the content address (canonical SHA-256) of each blob, by its name in the pack."""
     engine = service.engine
@@ -190,7 +225,9 @@ def validate_pack(service: LibraryService, reader: PackReader, progress: Progres
         if len(t) != e.n_tokens:
             raise PackError(f"entry {i}: its text is {len(t)} tokens here, the pack declares {e.n_tokens}")
         if len(t) > engine.config.n_ctx:
-            raise PackError(f"entry {i} holds {len(t):,} tokens, more than this context's {engine.config.n_ctx:,} (raise --n-ctx)")
+            raise PackError(
+                f"entry {i} holds {len(t):,} tokens, more than this context's {engine.config.n_ctx:,} (raise --n-ctx)"
+            )
         tokens.append(t)
         progress("tokens", i + 1, len(m.entries))
     for i, (e, t) in enumerate(zip(m.entries, tokens)):
@@ -199,7 +236,9 @@ def validate_pack(service: LibraryService, reader: PackReader, progress: Progres
     limit = reader.max_blob_size = state_size_limit(engine)
     for i, e in enumerate(m.entries):
         if e.blob_size > limit:
-            raise PackError(f"entry {i} declares a {e.blob_size:,}-byte blob; a state of this context is at most {limit:,}")
+            raise PackError(
+                f"entry {i} declares a {e.blob_size:,}-byte blob; a state of this context is at most {limit:,}"
+            )
     n_by_blob = {}
     for e in m.entries:
         n_by_blob.setdefault(e.blob_sha256, set()).add(e.n_tokens)
@@ -212,9 +251,13 @@ def validate_pack(service: LibraryService, reader: PackReader, progress: Progres
         except Exception as exc:  # SnapshotError: a valid hash of bytes that are no state for this model
             raise PackError(f"blob {sha[:16]}... is not a valid state for this model: {exc}") from exc
         if n_by_blob[sha] != {parsed.n_tokens}:
-            raise PackError(f"blob {sha[:16]}... holds {parsed.n_tokens} tokens, its entries declare {sorted(n_by_blob[sha])}")
+            raise PackError(
+                f"blob {sha[:16]}... holds {parsed.n_tokens} tokens, its entries declare {sorted(n_by_blob[sha])}"
+            )
         if reader.compact and not is_canonical(data, parsed, engine.window):
-            raise PackError(f"blob {sha[:16]}... is not in canonical form for this model (its dead window cells are not zero)")
+            raise PackError(
+                f"blob {sha[:16]}... is not in canonical form for this model (its dead window cells are not zero)"
+            )
         if reader.compact:
             address[sha] = sha
         else:  # format 1: the name is of llama.cpp's bytes; the address is of their canonical form
@@ -232,8 +275,10 @@ def check_signature_policy(reader: PackReader, require_signed: bool, trust: Trus
         if signer is None:
             raise PackError(f"the pack is not signed ({reader.signature_error}); --require-signed refuses it")
         if not trust.trusts(signer):
-            raise PackError(f"the pack is signed by key {signer.key_id}, which is not in your trusted keys "
-                            "(kvgraft keys trust PUBLIC_KEY)")
+            raise PackError(
+                f"the pack is signed by key {signer.key_id}, which is not in your trusted keys "
+                "(kvgraft keys trust PUBLIC_KEY)"
+            )
     return signer.key_id if signer else None
 
 
@@ -244,8 +289,14 @@ def trusted_name(reader: PackReader, trust: TrustStore) -> str | None:
     return trust.name_of(reader.signer.key_id) or reader.signer.key_id
 
 
-def import_pack(service: LibraryService, path: Path, rebuild: bool = False, progress: Progress = _noop,
-                require_signed: bool = False, replay: bool = True) -> dict:
+def import_pack(
+    service: LibraryService,
+    path: Path,
+    rebuild: bool = False,
+    progress: Progress = _noop,
+    require_signed: bool = False,
+    replay: bool = True,
+) -> dict:
     """Import one pack: all of it or nothing. Raises PackError with the reason when refused.
 
     Proof of origin (docs/exact-graft.md): a format 3 pack signed by a trusted key and made under this
@@ -261,29 +312,57 @@ def import_pack(service: LibraryService, path: Path, rebuild: bool = False, prog
         signer = check_signature_policy(reader, require_signed, trust)
         m = reader.manifest
         engine = service.engine
-        if rebuild and not (m.format_version >= 3 and m.fingerprint == engine.fingerprint
-                            and m.model_sha256 == engine.model.info.sha256):
+        if rebuild and not (
+            m.format_version >= 3 and m.fingerprint == engine.fingerprint and m.model_sha256 == engine.model.info.sha256
+        ):
             return _rebuild(service, reader, progress)
         same_bits = check_compatible(engine, reader)
         tokens, address = validate_pack(service, reader, progress)
         signer_name = trusted_name(reader, trust)
         proofs = _prove(service, reader, tokens, address, signer_name if same_bits else None, replay, progress)
-        need = sum(reader.members[f"blobs/{s}"].file_size for s in reader.blob_shas() if not service.library.blobs.exists(address[s]))
+        need = sum(
+            reader.members[f"blobs/{s}"].file_size
+            for s in reader.blob_shas()
+            if not service.library.blobs.exists(address[s])
+        )
         free = shutil.disk_usage(service.library.root).free
         if need > free:
             raise StorageFull(f"the pack needs {need / 1e6:,.0f} MB and the disk has {free / 1e6:,.0f} MB free")
-        res = commit_pack(service.library, reader, tokens, pack_sha256(path), model_record(engine), signer=signer,
-                          on_progress=lambda d, t: progress("copy", d, t), canonicalize=_canonicalizer(engine),
-                          proofs=proofs)
+        res = commit_pack(
+            service.library,
+            reader,
+            tokens,
+            pack_sha256(path),
+            model_record(engine),
+            signer=signer,
+            on_progress=lambda d, t: progress("copy", d, t),
+            canonicalize=_canonicalizer(engine),
+            proofs=proofs,
+        )
     replayed = [p for p in proofs if p.replay_s is not None]
-    return {"file": str(path), "imported": res["imported"], "skipped": res["skipped"], "rebuilt": 0, "signed_by": signer,
-            "signer_trusted": signer_name is not None, "proof": dict(Counter(p.proof for p in proofs)),
-            "replayed": len(replayed), "replay_tokens": sum(p.replay_tokens for p in replayed),
-            "replay_s": round(sum(p.replay_s for p in replayed), 3)}
+    return {
+        "file": str(path),
+        "imported": res["imported"],
+        "skipped": res["skipped"],
+        "rebuilt": 0,
+        "signed_by": signer,
+        "signer_trusted": signer_name is not None,
+        "proof": dict(Counter(p.proof for p in proofs)),
+        "replayed": len(replayed),
+        "replay_tokens": sum(p.replay_tokens for p in replayed),
+        "replay_s": round(sum(p.replay_s for p in replayed), 3),
+    }
 
 
-def _prove(service: LibraryService, reader: PackReader, tokens: list[list[int]], address: dict, signer_name: str | None,
-           replay: bool, progress: Progress) -> list[EntryProof]:
+def _prove(
+    service: LibraryService,
+    reader: PackReader,
+    tokens: list[list[int]],
+    address: dict,
+    signer_name: str | None,
+    replay: bool,
+    progress: Progress,
+) -> list[EntryProof]:
     """How each entry's state is known to be the state of its text, replaying where needed."""
     engine, lib, m = service.engine, service.library, reader.manifest
     out: list[EntryProof | None] = [None] * len(m.entries)
@@ -292,14 +371,16 @@ def _prove(service: LibraryService, reader: PackReader, tokens: list[list[int]],
         schedule = _schedule(m.raw["entries"][i].get("schedule"))
         if signer_name is not None:  # a trusted signer vouches for the states it signed, and for the answers it marks
             vouched = m.raw["entries"][i].get("verified_by")
-            out[i] = EntryProof(signed_proof(signer_name), engine.fingerprint, e.receipt,
-                                signer_vouch(signer_name, vouched), schedule)
+            out[i] = EntryProof(
+                signed_proof(signer_name), engine.fingerprint, e.receipt, signer_vouch(signer_name, vouched), schedule
+            )
             continue
         here = lib.find_same(e.tokens_sha256, engine.fingerprint, e.kind, e.question, e.answer)
         if here is not None and here.proven and here.damaged is None and here.blob_sha256 == address[e.blob_sha256]:
             # the same text with the very same state is already here and proven: nothing to replay, nothing to add
-            out[i] = EntryProof(here.proof, engine.fingerprint, here.receipt, here.vouched_by, here.schedule,
-                                existing_id=here.id)
+            out[i] = EntryProof(
+                here.proof, engine.fingerprint, here.receipt, here.vouched_by, here.schedule, existing_id=here.id
+            )
         elif replay:
             todo.append(i)
         else:
@@ -310,7 +391,11 @@ def _prove(service: LibraryService, reader: PackReader, tokens: list[list[int]],
     groups: dict[tuple, list[int]] = {}
     for i in todo:
         e = m.entries[i]
-        key = (e.tokens_sha256, address[e.blob_sha256], json.dumps(_schedule(m.raw["entries"][i].get("schedule")), sort_keys=True))
+        key = (
+            e.tokens_sha256,
+            address[e.blob_sha256],
+            json.dumps(_schedule(m.raw["entries"][i].get("schedule")), sort_keys=True),
+        )
         groups.setdefault(key, []).append(i)
     total_tokens = sum(len(tokens[g[0]]) for g in groups.values())
     done_tokens, spent = 0, 0.0
@@ -324,12 +409,19 @@ def _prove(service: LibraryService, reader: PackReader, tokens: list[list[int]],
         if r.sha256 != address[e.blob_sha256]:
             raise PackError(
                 f"entry {i} ({_label(e)}): its blob is not the state of its text: a replay here gives "
-                f"{r.sha256[:16]}..., the pack's blob is {address[e.blob_sha256][:16]}...; nothing was imported")
+                f"{r.sha256[:16]}..., the pack's blob is {address[e.blob_sha256][:16]}...; nothing was imported"
+            )
         for j in members:
             same_probe = probe_text(m.entries[j].kind, m.entries[j].question) == r.receipt["probe"]
-            out[j] = EntryProof(REPLAYED, engine.fingerprint, r.receipt if same_probe else None, None,
-                                schedule or schedule_of(engine), replay_s=r.seconds if j == i else 0.0,
-                                replay_tokens=len(tokens[i]) if j == i else 0)
+            out[j] = EntryProof(
+                REPLAYED,
+                engine.fingerprint,
+                r.receipt if same_probe else None,
+                None,
+                schedule or schedule_of(engine),
+                replay_s=r.seconds if j == i else 0.0,
+                replay_tokens=len(tokens[i]) if j == i else 0,
+            )
         done_tokens += len(tokens[i])
         spent += r.seconds
     if groups:
@@ -354,8 +446,10 @@ def _label(e) -> str:
 
 def _canonicalizer(engine):
     """For a format 1 pack: zero a raw state's dead window cells in place (engine/compaction.py)."""
+
     def run(buf: bytearray):
         return canonicalize(buf, parse_state(buf, engine.layout, max_cells=engine.config.n_ctx), engine.window)
+
     return run
 
 
@@ -371,16 +465,24 @@ def _rebuild(service: LibraryService, reader: PackReader, progress: Progress) ->
         if n > limit:
             raise PackError(f"entry {i} is {n:,} tokens here, more than this context holds ({limit:,}); raise --n-ctx")
     for i, e in enumerate(entries):
-        res = service.deposit(e.text, question=e.question, answer=e.answer, kind=e.kind, title=e.title, checker=e.checker)
+        res = service.deposit(
+            e.text, question=e.question, answer=e.answer, kind=e.kind, title=e.title, checker=e.checker
+        )
         imported += res.created
         skipped += not res.created
         progress("rebuild", i + 1, len(entries))
-    return {"file": str(reader.path), "imported": imported, "skipped": skipped, "rebuilt": imported,
-            "signed_by": reader.signer.key_id if reader.signer else None}
+    return {
+        "file": str(reader.path),
+        "imported": imported,
+        "skipped": skipped,
+        "rebuilt": imported,
+        "signed_by": reader.signer.key_id if reader.signer else None,
+    }
 
 
-def build_pack(service: LibraryService, jsonl: Path, out: Path, progress: Progress = _noop,
-               vouched_by: str | None = None) -> dict:
+def build_pack(
+    service: LibraryService, jsonl: Path, out: Path, progress: Progress = _noop, vouched_by: str | None = None
+) -> dict:
     """Deposit each {question, solution, answer} of a JSONL source pack and export exactly those entries.
 
     A JSONL's answers are stated by its author: nothing here checks them, so they are stored as

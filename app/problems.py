@@ -23,12 +23,21 @@ class Problem:
     checker: str = "numeric"
 
     def as_json(self) -> dict:
-        return {"id": self.id, "question": self.question, "solution": self.solution, "answer": self.answer, "checker": self.checker}
+        return {
+            "id": self.id,
+            "question": self.question,
+            "solution": self.solution,
+            "answer": self.answer,
+            "checker": self.checker,
+        }
 
 
 def solution_text(question: str, solution: str, answer: str) -> str:
     """The text deposited (prefilled) for a verified solution."""
-    return f"Q: {question.strip()}\nA: {answer.strip()}\n\nWorked solution:\n{solution.strip()}\n\nQ: {question.strip()}\nA: {answer.strip()}\n"
+    return (
+        f"Q: {question.strip()}\nA: {answer.strip()}\n\nWorked solution:\n{solution.strip()}\n\nQ: "
+        f"{question.strip()}\nA: {answer.strip()}\n"
+    )
 
 
 def ask_suffix(question: str) -> str:
@@ -48,8 +57,23 @@ GENERATOR = "generator:starter-problems"
 
 # -- the generator ---------------------------------------------------------------------------
 
-_PLACES = ["depot", "warehouse", "harbor store", "mountain hut", "village granary", "river mill", "market stall", "rail yard"]
-_ITEMS = [("crates", "crate"), ("sacks of grain", "sack"), ("barrels", "barrel"), ("boxes of tea", "box"), ("bales of wool", "bale")]
+_PLACES = [
+    "depot",
+    "warehouse",
+    "harbor store",
+    "mountain hut",
+    "village granary",
+    "river mill",
+    "market stall",
+    "rail yard",
+]
+_ITEMS = [
+    ("crates", "crate"),
+    ("sacks of grain", "sack"),
+    ("barrels", "barrel"),
+    ("boxes of tea", "box"),
+    ("bales of wool", "bale"),
+]
 
 
 def _problem(rng: random.Random, idx: int, days: int) -> Problem:
@@ -71,7 +95,9 @@ def _problem(rng: random.Random, idx: int, days: int) -> Problem:
         if day > 1:
             received += growth
         new = stock + received - out
-        lines.append(f"Day {day}: it receives {received} and ships {out}, so {stock} + {received} - {out} = {new} {items}.")
+        lines.append(
+            f"Day {day}: it receives {received} and ships {out}, so {stock} + {received} - {out} = {new} {items}."
+        )
         stock = new
     lines.append(f"At the end of day {days} the {place} holds {stock} {items}.")
     return Problem(id=f"depot-{idx:03d}", question=question, solution="\n".join(lines), answer=str(stock))
@@ -101,11 +127,22 @@ def read_jsonl(path: Path) -> list[Problem]:
             raise ValueError(f"{path}:{lineno}: not JSON: {exc.msg}") from None
         if not isinstance(obj, dict):
             raise ValueError(f"{path}:{lineno}: expected an object")
-        missing = [k for k in ("question", "solution", "answer") if not isinstance(obj.get(k), (str, int, float)) or str(obj.get(k)).strip() == ""]
+        missing = [
+            k
+            for k in ("question", "solution", "answer")
+            if not isinstance(obj.get(k), (str, int, float)) or str(obj.get(k)).strip() == ""
+        ]
         if missing:
             raise ValueError(f"{path}:{lineno}: missing or empty {', '.join(missing)}")
-        out.append(Problem(id=str(obj.get("id", f"line-{lineno}")), question=str(obj["question"]), solution=str(obj["solution"]),
-                           answer=str(obj["answer"]).strip(), checker=str(obj.get("checker", "numeric"))))
+        out.append(
+            Problem(
+                id=str(obj.get("id", f"line-{lineno}")),
+                question=str(obj["question"]),
+                solution=str(obj["solution"]),
+                answer=str(obj["answer"]).strip(),
+                checker=str(obj.get("checker", "numeric")),
+            )
+        )
     if not out:
         raise ValueError(f"{path}: no problems in the file")
     return out

@@ -18,11 +18,11 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from engine.compaction import canonicalize
-from engine.compare import logits_sha256
-from engine.state import parse_state
-from engine.engine import Engine
-from library.tokens import tokens_sha256
+from kvgraft.engine.compaction import canonicalize
+from kvgraft.engine.compare import logits_sha256
+from kvgraft.engine.engine import Engine
+from kvgraft.engine.state import parse_state
+from kvgraft.library.tokens import tokens_sha256
 
 from .problems import DOCUMENT_PROBE, ask_suffix
 
@@ -53,22 +53,30 @@ def parse_schedule(raw) -> dict | None:
     """A recorded schedule, checked (ValueError naming the problem); None stays None (the default)."""
     if raw is None:
         return None
-    ok = isinstance(raw, dict) and all(isinstance(raw.get(k), int) and not isinstance(raw.get(k), bool) and raw[k] >= 1
-                                       for k in ("n_batch", "n_ubatch"))
+    ok = isinstance(raw, dict) and all(
+        isinstance(raw.get(k), int) and not isinstance(raw.get(k), bool) and raw[k] >= 1
+        for k in ("n_batch", "n_ubatch")
+    )
     if not ok or raw["n_ubatch"] > raw["n_batch"]:
-        raise ValueError(f"a schedule {str(raw)[:80]!r} is not {{n_batch, n_ubatch}}: positive integers, n_ubatch <= n_batch")
+        raise ValueError(
+            f"a schedule {str(raw)[:80]!r} is not {{n_batch, n_ubatch}}: positive integers, n_ubatch <= n_batch"
+        )
     out = {"prefill": "chunks", "n_batch": raw["n_batch"], "n_ubatch": raw["n_ubatch"]}
     then = raw.get("then")
     if then is not None:
-        if not isinstance(then, list) or not then or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1
-                                                             for c in then):
+        if (
+            not isinstance(then, list)
+            or not then
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in then)
+        ):
             raise ValueError(f"a schedule's 'then' {str(then)[:80]!r} is not a list of positive call sizes")
         out["then"] = list(then)
     return out
 
 
-def prefill_in_schedule(session, tokens: Sequence[int], schedule: dict | None,
-                        on_progress: Callable[[int, int], bool | None] | None = None) -> None:
+def prefill_in_schedule(
+    session, tokens: Sequence[int], schedule: dict | None, on_progress: Callable[[int, int], bool | None] | None = None
+) -> None:
     """Decode `tokens` from position 0 the way `schedule` says: n_batch chunks, then the `then` calls."""
     then = (schedule or {}).get("then") or []
     head = len(tokens) - sum(then)
@@ -111,8 +119,14 @@ class Replay:
     seconds: float
 
 
-def replay(engine: Engine, tokens: Sequence[int], kind: str, question: str | None, schedule: dict | None = None,
-           on_progress: Callable[[int, int], bool | None] | None = None) -> Replay:
+def replay(
+    engine: Engine,
+    tokens: Sequence[int],
+    kind: str,
+    question: str | None,
+    schedule: dict | None = None,
+    on_progress: Callable[[int, int], bool | None] | None = None,
+) -> Replay:
     """Prefill `tokens` fresh in the entry's schedule; hash the state; prefill the receipt's probe after it."""
     eng = engine_for(engine, schedule)
     probe = probe_text(kind, question)
@@ -128,8 +142,12 @@ def replay(engine: Engine, tokens: Sequence[int], kind: str, question: str | Non
         canonical = hashlib.sha256(data).hexdigest()
         s.prefill(probe_tokens)
         fresh = logits_sha256(s.logits())
-    receipt = {"probe": probe, "probe_tokens_sha256": tokens_sha256(probe_tokens), "fresh_logits_sha256": fresh,
-               "computed": "replay"}
+    receipt = {
+        "probe": probe,
+        "probe_tokens_sha256": tokens_sha256(probe_tokens),
+        "fresh_logits_sha256": fresh,
+        "computed": "replay",
+    }
     return Replay(canonical, raw, receipt, time.perf_counter() - t0)
 
 

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from engine.config import EngineConfig, physical_cores
-from engine.engine import Engine
-from engine.errors import ModelLoadError
-from engine.probe import ProbeCache
+from kvgraft.engine.config import EngineConfig, physical_cores
+from kvgraft.engine.engine import Engine
+from kvgraft.engine.errors import ModelLoadError
+from kvgraft.engine.probe import ProbeCache
 
 from .model_store import ModelStoreError, embedded_model_path, model_sha256
 from .paths import model_dir

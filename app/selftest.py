@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from engine.engine import Engine
-from engine.exactness import graft_vs_fresh
+from kvgraft.engine.engine import Engine
+from kvgraft.engine.exactness import graft_vs_fresh
 
 from .textgen import prefix_tokens
 
@@ -38,11 +38,16 @@ def summary_line(result: dict) -> str:
     """The one-line human summary `kvgraft selftest` prints."""
     n = result["samples"]
     n_swa = result.get("n_swa", 0)
-    window = ("the model has no sliding window" if result["past_sliding_window"] is None
-              else f"{result['past_sliding_window']} prefixes past the {n_swa}-token window")
-    return (f"{result['sha256_equal']}/{n} byte-equal logits, {result['tokens_equal']}/{n} equal greedy tokens, "
-            f"{result['argmax_agree']}/{n} argmax agree; max KL {result['kl_max']:.3g}, "
-            f"max |diff| {result['max_abs_diff']:.3g} ({window})")
+    window = (
+        "the model has no sliding window"
+        if result["past_sliding_window"] is None
+        else f"{result['past_sliding_window']} prefixes past the {n_swa}-token window"
+    )
+    return (
+        f"{result['sha256_equal']}/{n} byte-equal logits, {result['tokens_equal']}/{n} equal greedy tokens, "
+        f"{result['argmax_agree']}/{n} argmax agree; max KL {result['kl_max']:.3g}, "
+        f"max |diff| {result['max_abs_diff']:.3g} ({window})"
+    )
 
 
 def run_selftest(

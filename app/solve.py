@@ -29,8 +29,14 @@ def _with_related(service: LibraryService, p: Problem, budget: int) -> dict | No
     return {"entry_id": best.id, "answer": gen.text.strip(), "checked": ok, "decode_tokens": len(gen.tokens)}
 
 
-def solve(service: LibraryService, problems: list[Problem], budget: int = 256, related: bool = False,
-          deposit: bool = True, progress: Callable[[str, int, int], None] = lambda *a: None) -> dict:
+def solve(
+    service: LibraryService,
+    problems: list[Problem],
+    budget: int = 256,
+    related: bool = False,
+    deposit: bool = True,
+    progress: Callable[[str, int, int], None] = lambda *a: None,
+) -> dict:
     rows = []
     for i, p in enumerate(problems):
         t0 = time.perf_counter()
@@ -39,12 +45,24 @@ def solve(service: LibraryService, problems: list[Problem], budget: int = 256, r
             checked = get_checker(p.checker)(r.answer, p.answer)
         else:
             checked = get_checker("final_number" if p.checker == "numeric" else p.checker)(r.answer, p.answer)
-        row = {"id": p.id, "source": r.source, "entry_id": r.entry_id, "answer": r.answer, "reference": p.answer,
-               "checked": checked, "decode_tokens": r.tokens_decoded, "prefill_tokens": r.tokens_prefilled,
-               "prefill_tokens_saved": r.tokens_restored, "exact": r.exact, "deposited": None}
+        row = {
+            "id": p.id,
+            "source": r.source,
+            "entry_id": r.entry_id,
+            "answer": r.answer,
+            "reference": p.answer,
+            "checked": checked,
+            "decode_tokens": r.tokens_decoded,
+            "prefill_tokens": r.tokens_prefilled,
+            "prefill_tokens_saved": r.tokens_restored,
+            "exact": r.exact,
+            "deposited": None,
+        }
         if r.source != "graft" and checked and deposit:
             # the model's own worked answer, confirmed by the checker, becomes verified knowledge
-            dep = service.deposit_solution(p.question, r.answer, p.answer, checker=p.checker, vouched_by=f"checker:{p.checker}")
+            dep = service.deposit_solution(
+                p.question, r.answer, p.answer, checker=p.checker, vouched_by=f"checker:{p.checker}"
+            )
             row["deposited"] = dep.entry.id
         if related and r.source != "graft":
             row["related"] = _with_related(service, p, budget)
@@ -68,7 +86,9 @@ def solve(service: LibraryService, problems: list[Problem], budget: int = 256, r
         out["held_out"] = {
             "problems": len(held_out),
             "accuracy_without_related": (sum(r["checked"] for r in held_out) / len(held_out)) if held_out else None,
-            "accuracy_with_related": (sum(r["related"]["checked"] for r in with_rel) / len(with_rel)) if with_rel else None,
+            "accuracy_with_related": (sum(r["related"]["checked"] for r in with_rel) / len(with_rel))
+            if with_rel
+            else None,
             "with_a_related_entry": len(with_rel),
         }
     return out

@@ -4,8 +4,8 @@ Per entry (from packs or the library):
   1. blob: its bytes hash to the SHA-256 the manifest or index names;
   2. replay (--replay): prefill the entry's text fresh, the snapshot must have the same SHA-256
      (bit-identical reproduction; canonical, engine/compaction.py, unless the blob is from before
-     compaction or a format 1 pack, which are compared as llama.cpp wrote them), and for K probe continuations the logits after grafting the
-     blob equal the fresh ones (SHA-256, KL, argmax);
+     compaction or a format 1 pack, which are compared as llama.cpp wrote them), and for K probe
+     continuations the logits after grafting the blob equal the fresh ones (SHA-256, KL, argmax);
   3. answer: for a verified solution, graft it, ask its question, and the decoded answer must
      pass the entry's checker against the verified answer.
 The receipts file records every input and output hash and the engine fingerprint;
@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from engine.compare import compare_logits
-from engine.session import Snapshot
-from engine.errors import EngineError
-from library.pack import PackError, PackReader, pack_sha256
-from library.records import REPLAYED, UNPROVEN, Entry, signed_proof
-from library.tokens import tokens_sha256
+from kvgraft.engine.compare import compare_logits
+from kvgraft.engine.errors import EngineError
+from kvgraft.engine.session import Snapshot
+from kvgraft.library.pack import PackError, PackReader, pack_sha256
+from kvgraft.library.records import REPLAYED, UNPROVEN, Entry, signed_proof
+from kvgraft.library.tokens import tokens_sha256
 
 from . import __version__
 from .ask import GRAFT_ANSWER_TOKENS
@@ -70,13 +70,33 @@ def library_items(service: LibraryService, entries: list[Entry]) -> list[Item]:
 
     def facts(sha: str) -> tuple[bool, tuple[str, ...]]:
         row = lib.db.execute("SELECT canonical FROM blobs WHERE sha256 = ?", [sha]).fetchone()
-        aliases = tuple(r[0] for r in lib.db.execute("SELECT legacy_sha256 FROM blob_aliases WHERE sha256 = ? ORDER BY 1", [sha]))
+        aliases = tuple(
+            r[0] for r in lib.db.execute("SELECT legacy_sha256 FROM blob_aliases WHERE sha256 = ? ORDER BY 1", [sha])
+        )
         return (row is None or row[0] == 1), aliases
 
-    return [Item(f"library#{e.id}", e.kind, e.text, e.question, e.answer, e.checker, e.n_tokens, e.tokens_sha256,
-                 e.blob_sha256, e.fingerprint, lambda e=e: bytes(lib.read_blob(e)), *facts(e.blob_sha256),
-                 proof=e.proof, model_sha256=e.model_sha256, schedule=e.schedule, vouched_by=e.vouched_by, entry_id=e.id)
-            for e in entries]
+    return [
+        Item(
+            f"library#{e.id}",
+            e.kind,
+            e.text,
+            e.question,
+            e.answer,
+            e.checker,
+            e.n_tokens,
+            e.tokens_sha256,
+            e.blob_sha256,
+            e.fingerprint,
+            lambda e=e: bytes(lib.read_blob(e)),
+            *facts(e.blob_sha256),
+            proof=e.proof,
+            model_sha256=e.model_sha256,
+            schedule=e.schedule,
+            vouched_by=e.vouched_by,
+            entry_id=e.id,
+        )
+        for e in entries
+    ]
 
 
 def pack_items(reader: PackReader, pack_sha: str, trusted_signer: str | None = None) -> list[Item]:
@@ -93,10 +113,29 @@ def pack_items(reader: PackReader, pack_sha: str, trusted_signer: str | None = N
             schedule = parse_schedule(raw.get("schedule"))
         except ValueError as exc:
             raise PackError(f"manifest: entry {i}: {exc}") from exc
-        vouched = signer_vouch(trusted_signer, raw.get("verified_by")) if proof != UNPROVEN and e.answer is not None else None
-        items.append(Item(f"pack:{pack_sha[:16]}#{i}", e.kind, e.text, e.question, e.answer, e.checker, e.n_tokens,
-                          e.tokens_sha256, e.blob_sha256, m.fingerprint, lambda s=e.blob_sha256: reader.read_blob(s),
-                          reader.compact, proof=proof, model_sha256=m.model_sha256, schedule=schedule, vouched_by=vouched))
+        vouched = (
+            signer_vouch(trusted_signer, raw.get("verified_by")) if proof != UNPROVEN and e.answer is not None else None
+        )
+        items.append(
+            Item(
+                f"pack:{pack_sha[:16]}#{i}",
+                e.kind,
+                e.text,
+                e.question,
+                e.answer,
+                e.checker,
+                e.n_tokens,
+                e.tokens_sha256,
+                e.blob_sha256,
+                m.fingerprint,
+                lambda s=e.blob_sha256: reader.read_blob(s),
+                reader.compact,
+                proof=proof,
+                model_sha256=m.model_sha256,
+                schedule=schedule,
+                vouched_by=vouched,
+            )
+        )
     return items
 
 
@@ -163,13 +202,21 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
                         break  # not the state of its text: never grafted
                 fresh.prefill(probe)
                 want = fresh.logits()
-            with (service.session() if eng is engine else eng.session()) as g:
+            with service.session() if eng is engine else eng.session() as g:
                 g.graft(snap, bytes_verified=True)
                 g.prefill(probe)
                 cmp = compare_logits(want, g.logits())
-            records.append({"probe_tokens_sha256": tokens_sha256(probe), "fresh_logits_sha256": cmp.sha256_a,
-                            "graft_logits_sha256": cmp.sha256_b, "equal": cmp.sha256_equal, "kl": cmp.kl,
-                            "argmax_agree": cmp.argmax_agree, "max_abs_diff": cmp.max_abs_diff})
+            records.append(
+                {
+                    "probe_tokens_sha256": tokens_sha256(probe),
+                    "fresh_logits_sha256": cmp.sha256_a,
+                    "graft_logits_sha256": cmp.sha256_b,
+                    "equal": cmp.sha256_equal,
+                    "kl": cmp.kl,
+                    "argmax_agree": cmp.argmax_agree,
+                    "max_abs_diff": cmp.max_abs_diff,
+                }
+            )
         checks["probes"] = records
         if not checks["replay_ok"]:
             failures.append("replay")
@@ -194,15 +241,27 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
             gen = s.generate(GRAFT_ANSWER_TOKENS, stop=["\n"])
         decoded = gen.text.strip()
         ok = get_checker(item.checker or "numeric")(decoded, item.answer)
-        checks["answer"] = {"decoded": decoded, "expected": item.answer, "ok": ok, "decode_tokens": len(gen.tokens),
-                            "verified_by": item.vouched_by}
+        checks["answer"] = {
+            "decoded": decoded,
+            "expected": item.answer,
+            "ok": ok,
+            "decode_tokens": len(gen.tokens),
+            "verified_by": item.vouched_by,
+        }
         if not ok:
             failures.append("answer")
     checks["proven"] = bool(proven)
-    return {"ref": item.ref, "blob_sha256": item.blob_sha256, "blob_aliases": list(item.aliases),
-            "blob_canonical": item.canonical, "tokens_sha256": item.tokens_sha256,
-            "text_sha256": hashlib.sha256(item.text.encode("utf-8")).hexdigest(), "checks": checks,
-            "failures": failures, "ok": not failures}
+    return {
+        "ref": item.ref,
+        "blob_sha256": item.blob_sha256,
+        "blob_aliases": list(item.aliases),
+        "blob_canonical": item.canonical,
+        "tokens_sha256": item.tokens_sha256,
+        "text_sha256": hashlib.sha256(item.text.encode("utf-8")).hexdigest(),
+        "checks": checks,
+        "failures": failures,
+        "ok": not failures,
+    }
 
 
 def record_proof(service: LibraryService, item: Item, result: dict) -> bool:
@@ -215,20 +274,35 @@ def record_proof(service: LibraryService, item: Item, result: dict) -> bool:
     if c.get("replay_ok") is False and item.proof != UNPROVEN and item.fingerprint == service.engine.fingerprint:
         service.library.set_proof(item.entry_id, UNPROVEN, item.fingerprint, None)
         return False
-    if not c.get("proven_by_replay") or not c.get("blob_ok") or not c.get("tokens_ok") \
-            or not all(p["equal"] for p in c.get("probes", [])):
+    if (
+        not c.get("proven_by_replay")
+        or not c.get("blob_ok")
+        or not c.get("tokens_ok")
+        or not all(p["equal"] for p in c.get("probes", []))
+    ):
         return False
     first = c["probes"][0]
     probe = _probes(item, service.engine.model, 1)[0]
-    receipt = {"probe": probe_text(item.kind, item.question), "probe_tokens_sha256": tokens_sha256(probe),
-               "fresh_logits_sha256": first["fresh_logits_sha256"], "graft_logits_sha256": first["graft_logits_sha256"],
-               "equal": first["equal"], "computed": "verify --replay"}
+    receipt = {
+        "probe": probe_text(item.kind, item.question),
+        "probe_tokens_sha256": tokens_sha256(probe),
+        "fresh_logits_sha256": first["fresh_logits_sha256"],
+        "graft_logits_sha256": first["graft_logits_sha256"],
+        "equal": first["equal"],
+        "computed": "verify --replay",
+    }
     service.library.set_proof(item.entry_id, REPLAYED, service.engine.fingerprint, receipt)
     return True
 
 
-def run_verify(service: LibraryService, items: list[Item], inputs: list[dict], replay: bool, samples: int,
-               progress: Callable[[str, int, int], None] = lambda *a: None) -> dict:
+def run_verify(
+    service: LibraryService,
+    items: list[Item],
+    inputs: list[dict],
+    replay: bool,
+    samples: int,
+    progress: Callable[[str, int, int], None] = lambda *a: None,
+) -> dict:
     results, proven = [], []
     for i, item in enumerate(items):
         res = verify_item(service, item, replay, samples)
@@ -267,7 +341,9 @@ def _hashes(result: dict) -> dict:
     return {
         "blob_sha256": c.get("blob_sha256"),
         "replay_blob_sha256": c.get("replay_blob_sha256"),
-        "probes": [(p["probe_tokens_sha256"], p["fresh_logits_sha256"], p["graft_logits_sha256"]) for p in c.get("probes", [])],
+        "probes": [
+            (p["probe_tokens_sha256"], p["fresh_logits_sha256"], p["graft_logits_sha256"]) for p in c.get("probes", [])
+        ],
         "answer": (c.get("answer") or {}).get("decoded"),
     }
 
@@ -276,8 +352,14 @@ def compare_receipts(old: dict, new: dict) -> list[dict]:
     """Differences between two receipts of the same inputs: entry by entry, hash by hash."""
     diffs = []
     if old.get("fingerprint") != new.get("fingerprint"):
-        diffs.append({"entry": None, "check": "fingerprint",
-                      "detail": "the receipts were made under another engine fingerprint: its hashes are not expected to match here"})
+        diffs.append(
+            {
+                "entry": None,
+                "check": "fingerprint",
+                "detail": "the receipts were made under another engine fingerprint: "
+                "its hashes are not expected to match here",
+            }
+        )
     new_by_ref = {r["ref"]: r for r in new["results"]}
     for r in old.get("results", []):
         other = new_by_ref.get(r["ref"])

@@ -13,12 +13,12 @@ import platform
 from functools import cached_property
 
 from .bindings import package_version, supports_gpu_offload, system_info
+from .compaction import WindowSpec
 from .config import KV_TYPES, EngineConfig
 from .errors import ConfigError, EngineError
 from .model import USE_EXTRA_BUFTS, Model
 from .probe import PROBE_VERSION, ProbeCache, cache_key, probe_schedule, run_probe
 from .session import Session
-from .compaction import WindowSpec
 from .state import StateLayout, parse_state
 
 log = logging.getLogger(__name__)
@@ -96,14 +96,23 @@ class Engine:
     @cached_property
     def environment(self) -> dict:
         """Descriptive facts about this machine and build: recorded for diagnosis, never compared."""
-        return {"llama_cpp_python": package_version(), "system_info": system_info(), "cpu": cpu_model(),
-                "machine": platform.machine(), "python": platform.python_version()}
+        return {
+            "llama_cpp_python": package_version(),
+            "system_info": system_info(),
+            "cpu": cpu_model(),
+            "machine": platform.machine(),
+            "python": platform.python_version(),
+        }
 
     @cached_property
     def probe(self) -> dict:
         """The probe hashes of this engine (engine/probe.py), from the cache when it has them."""
-        material = {"probe_version": PROBE_VERSION, **self._config_bits(), **self.environment,
-                    "schedule": list(probe_schedule(self))}
+        material = {
+            "probe_version": PROBE_VERSION,
+            **self._config_bits(),
+            **self.environment,
+            "schedule": list(probe_schedule(self)),
+        }
         key = cache_key(material)
         hit = self.probe_cache.get(key) if self.probe_cache is not None else None
         if hit is not None:
@@ -128,8 +137,12 @@ class Engine:
     def legacy_fingerprint(self) -> str:
         """The fingerprint of kvgraft before the probe (version 1: it hashed the CPU feature string).
         Library entries made under it on this machine are relabelled to `fingerprint`."""
-        info = {"fingerprint_version": 1, **{k: v for k, v in self._config_bits().items()},
-                "llama_cpp_python": package_version(), "system_info": system_info()}
+        info = {
+            "fingerprint_version": 1,
+            **{k: v for k, v in self._config_bits().items()},
+            "llama_cpp_python": package_version(),
+            "system_info": system_info(),
+        }
         return _sha_json(info)
 
     # -- state layout --------------------------------------------------------------------------
@@ -154,7 +167,12 @@ class Engine:
         parsed = parse_state(data)
         if parsed.n_tokens != 1:
             raise EngineError(f"layout probe found {parsed.n_tokens} cells for 1 token")
-        log.debug("state layout: %s, %d caches, %d B/token", parsed.arch, len(parsed.layout.caches), parsed.layout.bytes_per_token())
+        log.debug(
+            "state layout: %s, %d caches, %d B/token",
+            parsed.arch,
+            len(parsed.layout.caches),
+            parsed.layout.bytes_per_token(),
+        )
         return parsed.layout
 
     def close(self) -> None:

@@ -74,7 +74,9 @@ class Model:
             n_gpu_layers=n_gpu_layers,
         )
         self._eog_cache: dict[int, bool] = {}
-        log.info("loaded %s (%s, %d layers, n_swa %d)", path.name, self.info.architecture, self.info.n_layer, self.info.n_swa)
+        log.info(
+            "loaded %s (%s, %d layers, n_swa %d)", path.name, self.info.architecture, self.info.n_layer, self.info.n_swa
+        )
 
     # -- raw pointers, for engine modules only -------------------------------------------------
     @property

@@ -42,9 +42,15 @@ class LlamaCppPythonPeer:
         ensure_backend()
         with _no_extra_bufts():
             self.llm = llama.Llama(
-                model_path=str(config.model_path), n_ctx=config.n_ctx, n_batch=config.n_batch, n_ubatch=config.n_ubatch,
-                n_threads=config.n_threads, n_threads_batch=config.n_threads, flash_attn=config.flash_attn,
-                swa_full=True, verbose=False,
+                model_path=str(config.model_path),
+                n_ctx=config.n_ctx,
+                n_batch=config.n_batch,
+                n_ubatch=config.n_ubatch,
+                n_threads=config.n_threads,
+                n_threads_batch=config.n_threads,
+                flash_attn=config.flash_attn,
+                swa_full=True,
+                verbose=False,
             )
         self.n_vocab = self.llm.n_vocab()
         self._dir = tempfile.TemporaryDirectory(prefix="kvgraft-peer-cache-")
@@ -77,7 +83,8 @@ class LlamaCppPythonPeer:
         return time.perf_counter() - t0, logits_sha256(logits)
 
     def disk_cache_ttft(self, key: tuple, state, question: list[int]) -> tuple[float, str]:
-        """LlamaDiskCache round trip: the state is stored (untimed), then fetched, loaded, and the question prefilled."""
+        """LlamaDiskCache round trip: the state is stored (untimed), then fetched, loaded, and the
+        question prefilled."""
         self.disk[key] = state  # __getitem__ deletes the entry it returns: store it again every run
         self.llm.reset()
         t0 = time.perf_counter()

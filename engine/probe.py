@@ -30,9 +30,40 @@ SHORT_TOKENS = 16
 PAST_WINDOW_MARGIN = 88  # the long prompt ends this far past the window (600 tokens for n_swa 512)
 CPU_SCHEDULE = (512, 512)  # (n_batch, n_ubatch) of the probe on the CPU, whatever the user's batch size
 
-_WORDS = ("amber", "basin", "cedar", "delta", "ember", "fjord", "grove", "harbor", "inlet", "juniper", "kiln",
-          "lantern", "meadow", "nectar", "orchard", "pebble", "quarry", "ridge", "saddle", "thicket", "upland",
-          "valley", "willow", "yarrow", "zephyr", "copper", "signal", "winter", "paper", "stone", "seven", "ninety")
+_WORDS = (
+    "amber",
+    "basin",
+    "cedar",
+    "delta",
+    "ember",
+    "fjord",
+    "grove",
+    "harbor",
+    "inlet",
+    "juniper",
+    "kiln",
+    "lantern",
+    "meadow",
+    "nectar",
+    "orchard",
+    "pebble",
+    "quarry",
+    "ridge",
+    "saddle",
+    "thicket",
+    "upland",
+    "valley",
+    "willow",
+    "yarrow",
+    "zephyr",
+    "copper",
+    "signal",
+    "winter",
+    "paper",
+    "stone",
+    "seven",
+    "ninety",
+)
 
 
 def probe_text(n_words: int) -> str:
@@ -75,8 +106,14 @@ def run_probe(engine) -> dict:
         with probe_engine.session() as s:
             s.prefill(toks)
             data, _elided = s.canonical_state()
-            cases.append({"tokens": n, "tokens_sha256": tokens_sha256(toks),
-                          "snapshot_sha256": hashlib.sha256(data).hexdigest(), "logits_sha256": logits_sha256(s.logits())})
+            cases.append(
+                {
+                    "tokens": n,
+                    "tokens_sha256": tokens_sha256(toks),
+                    "snapshot_sha256": hashlib.sha256(data).hexdigest(),
+                    "logits_sha256": logits_sha256(s.logits()),
+                }
+            )
     return {"version": PROBE_VERSION, "schedule": [cfg.n_batch, cfg.n_ubatch], "cases": cases}
 
 

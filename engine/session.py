@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .bindings import llama
+from .compaction import canonicalize
 from .errors import (
     Cancelled,
     DecodeError,
@@ -30,7 +31,6 @@ from .errors import (
     SnapshotError,
     ThreadOwnershipError,
 )
-from .compaction import canonicalize
 from .state import parse_state, seq_payload, write_seq_header
 
 log = logging.getLogger(__name__)
@@ -265,7 +265,10 @@ class Session:
                 gen.stop_reason = f"stop:{hit}"
                 gen.seconds = time.perf_counter() - t0
                 return gen
-            if on_token is not None and on_token(tok, model.token_bytes(tok).decode("utf-8", errors="replace")) is False:
+            if (
+                on_token is not None
+                and on_token(tok, model.token_bytes(tok).decode("utf-8", errors="replace")) is False
+            ):
                 gen.stop_reason = "callback"
                 break
             if self.n_past >= self.n_ctx:
@@ -329,7 +332,9 @@ class Session:
                 f"{self.engine.fingerprint[:16]}...; rebuild it from its text on this engine"
             )
         if not bytes_verified and hashlib.sha256(snapshot.data).hexdigest() != snapshot.sha256:
-            raise SnapshotError(f"snapshot bytes do not match their SHA-256 {snapshot.sha256[:16]}...: damaged or tampered")
+            raise SnapshotError(
+                f"snapshot bytes do not match their SHA-256 {snapshot.sha256[:16]}...: damaged or tampered"
+            )
         return self.graft_bytes(snapshot.data, snapshot.tokens)
 
     def graft_bytes(self, data, tokens: Sequence[int]) -> GraftResult:

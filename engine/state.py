@@ -114,8 +114,7 @@ class _Reader:
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.size:
             raise SnapshotError(
-                f"snapshot truncated: {what} needs {n} bytes at offset {self.pos}, "
-                f"only {self.size - self.pos} left"
+                f"snapshot truncated: {what} needs {n} bytes at offset {self.pos}, only {self.size - self.pos} left"
             )
 
     def unpack(self, fmt: str, what: str):
@@ -155,7 +154,9 @@ def _read_cells(r: _Reader, cache: int, cell_count: int) -> None:
         )
     bad = np.flatnonzero(meta["seq_id"] != 0)
     if bad.size:
-        raise SnapshotError(f"cache {cache} cell {int(bad[0])} has sequence id {int(meta['seq_id'][bad[0]])}, expected 0")
+        raise SnapshotError(
+            f"cache {cache} cell {int(bad[0])} has sequence id {int(meta['seq_id'][bad[0]])}, expected 0"
+        )
     bad = np.flatnonzero(meta["pos"] != np.arange(cell_count, dtype="<i4"))
     if bad.size:
         i = int(bad[0])
@@ -220,10 +221,16 @@ def _describe_difference(cache: int, got: CacheLayout, want: CacheLayout) -> str
         )
     for il, (g, w) in enumerate(zip(got.k_rows, want.k_rows)):
         if g != w:
-            return f"cache {cache} layer {il} K is {type_name(g[0])} x {g[1]} B, the engine's is {type_name(w[0])} x {w[1]} B"
+            return (
+                f"cache {cache} layer {il} K is {type_name(g[0])} x {g[1]} B, the engine's is {type_name(w[0])} "
+                f"x {w[1]} B"
+            )
     for il, (g, w) in enumerate(zip(got.v_rows, want.v_rows)):
         if g != w:
-            return f"cache {cache} layer {il} V is {type_name(g[0])} ({g[1]}, {g[2]}), the engine's is {type_name(w[0])} ({w[1]}, {w[2]})"
+            return (
+                f"cache {cache} layer {il} V is {type_name(g[0])} ({g[1]}, {g[2]}), the engine's is "
+                f"{type_name(w[0])} ({w[1]}, {w[2]})"
+            )
     return f"cache {cache} differs from the engine's layout"
 
 
@@ -261,7 +268,9 @@ def parse_state(data, expected: StateLayout | None = None, max_cells: int | None
         _read_cells(r, ci, cell_count)
         layout = _read_cache_data(r, ci, cell_count, spans)
         if expected is not None and layout != expected.caches[ci]:
-            raise SnapshotError("snapshot does not match the loaded model: " + _describe_difference(ci, layout, expected.caches[ci]))
+            raise SnapshotError(
+                "snapshot does not match the loaded model: " + _describe_difference(ci, layout, expected.caches[ci])
+            )
         caches.append(layout)
     if not caches:
         raise SnapshotError("snapshot holds no KV cache")

@@ -119,7 +119,9 @@ class BlobStore:
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise StorageFull(f"disk full while writing blob {digest[:16]}... ({c.stored_size:,} bytes); nothing was stored") from exc
+                raise StorageFull(
+                    f"disk full while writing blob {digest[:16]}... ({c.stored_size:,} bytes); nothing was stored"
+                ) from exc
             raise LibraryError(f"could not write blob {digest[:16]}...: {exc.strerror or exc}") from exc
         return StoredBlob(digest, True, len(view), c.stored_size, chunks)
 
@@ -148,7 +150,9 @@ class BlobStore:
         except OSError as exc:
             raise unreadable(sha256, exc) from exc
 
-    def _read_stored(self, sha256: str, expected_size: int | None = None) -> tuple[bytearray, container.Container | None]:
+    def _read_stored(
+        self, sha256: str, expected_size: int | None = None
+    ) -> tuple[bytearray, container.Container | None]:
         """The blob's file as stored, read whole, and its container header (None: a plain file),
         after checking the canonical size against `expected_size`. Nothing is hashed here."""
         fd = self._open(sha256)
@@ -194,7 +198,9 @@ class BlobStore:
                 raise BlobCorrupt(f"blob {sha256} holds {size:,} bytes, the index says {expected_size:,}")
             n_chunks = (file_size + CHUNK - 1) // CHUNK
             if len(chunks) != 32 * n_chunks:
-                raise BlobCorrupt(f"blob {sha256}: the index holds {len(chunks) // 32} chunk digests for {n_chunks} chunks")
+                raise BlobCorrupt(
+                    f"blob {sha256}: the index holds {len(chunks) // 32} chunk digests for {n_chunks} chunks"
+                )
             if into is not None and len(into) >= size:
                 buf = view = memoryview(into)[:size]
             else:

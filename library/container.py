@@ -151,7 +151,9 @@ def parse_header(head: bytes, read_more=None, stored_size: int | None = None) ->
     if magic != MAGIC:
         raise ContainerError("not a compact blob (bad magic)")
     if version != VERSION or flags != 0:
-        raise ContainerError(f"compact blob version {version} flags {flags} is not one this kvgraft reads ({VERSION}, 0)")
+        raise ContainerError(
+            f"compact blob version {version} flags {flags} is not one this kvgraft reads ({VERSION}, 0)"
+        )
     if not 1 <= size <= MAX_SIZE or n > MAX_RANGES:
         raise ContainerError(f"compact blob header out of range (size {size:,}, {n:,} ranges)")
     hsize = HEAD_SIZE + 16 * n
@@ -169,7 +171,9 @@ def parse_header(head: bytes, read_more=None, stored_size: int | None = None) ->
     if stored_size is not None and stored_size != c.stored_size:
         raise ContainerError(f"compact blob is {stored_size:,} bytes, its header implies {c.stored_size:,}")
     if c.size > MAX_EXPANSION * c.stored_size + (1 << 20):
-        raise ContainerError(f"compact blob claims {c.size:,} bytes from {c.stored_size:,} stored: implausible, refused")
+        raise ContainerError(
+            f"compact blob claims {c.size:,} bytes from {c.stored_size:,} stored: implausible, refused"
+        )
     return c
 
 

@@ -91,23 +91,42 @@ def commit_pack(
             for sha, new in address.items():
                 lib.insert_blob_row(stored[new])
                 if new != sha:
-                    lib.db.execute("INSERT OR REPLACE INTO blob_aliases (legacy_sha256, sha256, converted_at) VALUES (?, ?, ?)",
-                                   [sha, new, now()])
+                    lib.db.execute(
+                        "INSERT OR REPLACE INTO blob_aliases (legacy_sha256, sha256, converted_at) VALUES (?, ?, ?)",
+                        [sha, new, now()],
+                    )
             row = lib.db.execute("SELECT id FROM packs WHERE sha256 = ?", [pack_sha256]).fetchone()
             if row:
                 pack_id = row[0]
             else:
-                pack_id = lib.db["packs"].insert({
-                    "sha256": pack_sha256, "file_name": reader.path.name, "format_version": reader.manifest.format_version,
-                    "kvgraft_version": reader.manifest.kvgraft_version, "signer": signer, "n_entries": len(entries),
-                    "imported_at": now(),
-                }).last_pk
+                pack_id = (
+                    lib.db["packs"]
+                    .insert(
+                        {
+                            "sha256": pack_sha256,
+                            "file_name": reader.path.name,
+                            "format_version": reader.manifest.format_version,
+                            "kvgraft_version": reader.manifest.kvgraft_version,
+                            "signer": signer,
+                            "n_entries": len(entries),
+                            "imported_at": now(),
+                        }
+                    )
+                    .last_pk
+                )
             for e, t, pr in zip(entries, tokens, proofs):
                 same = lib.find_same(e.tokens_sha256, pr.fingerprint, e.kind, e.question, e.answer)
                 if pr.existing_id is not None:  # its proof is that entry: it must still be there, unchanged
-                    if same is None or same.id != pr.existing_id or same.blob_sha256 != address[e.blob_sha256] or not same.proven:
-                        raise LibraryError("the library changed while the pack was imported (an entry it matched was "
-                                           "removed or changed); nothing was imported: import it again")
+                    if (
+                        same is None
+                        or same.id != pr.existing_id
+                        or same.blob_sha256 != address[e.blob_sha256]
+                        or not same.proven
+                    ):
+                        raise LibraryError(
+                            "the library changed while the pack was imported (an entry it matched was "
+                            "removed or changed); nothing was imported: import it again"
+                        )
                     skipped += 1
                     continue
                 if same is not None and same.damaged is None and (same.proven or pr.proof == UNPROVEN):
@@ -117,25 +136,56 @@ def commit_pack(
                 schedule = json.dumps(pr.schedule, sort_keys=True) if pr.schedule else None
                 if same is not None:  # an unproven or damaged twin, proven now: it takes the proven state
                     vouched = pr.vouched_by if e.answer is not None else None
-                    lib.db.execute("UPDATE entries SET blob_sha256 = ?, blob_size = ?, proof = ?, receipt = ?, schedule = ?, "
-                                   "damaged = NULL, vouched_by = coalesce(?, vouched_by), "
-                                   "verified_at = CASE WHEN ? IS NULL THEN verified_at ELSE ? END WHERE id = ?",
-                                   [address[e.blob_sha256], e.blob_size, pr.proof, receipt, schedule, vouched, vouched,
-                                    now(), same.id])
+                    lib.db.execute(
+                        "UPDATE entries SET blob_sha256 = ?, blob_size = ?, proof = ?, receipt = ?, schedule = ?, "
+                        "damaged = NULL, vouched_by = coalesce(?, vouched_by), "
+                        "verified_at = CASE WHEN ? IS NULL THEN verified_at ELSE ? END WHERE id = ?",
+                        [
+                            address[e.blob_sha256],
+                            e.blob_size,
+                            pr.proof,
+                            receipt,
+                            schedule,
+                            vouched,
+                            vouched,
+                            now(),
+                            same.id,
+                        ],
+                    )
                     imported += 1
                     continue
                 t_now = now()
-                entry_id = lib.db["entries"].insert({
-                    "kind": e.kind, "title": e.title, "question": e.question,
-                    "question_key": question_key(e.question) if e.question else None, "text": e.text,
-                    "tokens": pack_tokens(t), "n_tokens": e.n_tokens, "tokens_sha256": e.tokens_sha256,
-                    "answer": e.answer, "blob_sha256": address[e.blob_sha256], "blob_size": e.blob_size,
-                    "fingerprint": pr.fingerprint, "model_sha256": reader.manifest.model_sha256, "source": "pack",
-                    "pack_id": pack_id, "created_at": t_now,
-                    "verified_at": t_now if e.answer is not None and pr.vouched_by else None, "damaged": None,
-                    "receipt": receipt, "checker": e.checker, "proof": pr.proof, "schedule": schedule,
-                    "vouched_by": pr.vouched_by if e.answer is not None else None,
-                }).last_pk
+                entry_id = (
+                    lib.db["entries"]
+                    .insert(
+                        {
+                            "kind": e.kind,
+                            "title": e.title,
+                            "question": e.question,
+                            "question_key": question_key(e.question) if e.question else None,
+                            "text": e.text,
+                            "tokens": pack_tokens(t),
+                            "n_tokens": e.n_tokens,
+                            "tokens_sha256": e.tokens_sha256,
+                            "answer": e.answer,
+                            "blob_sha256": address[e.blob_sha256],
+                            "blob_size": e.blob_size,
+                            "fingerprint": pr.fingerprint,
+                            "model_sha256": reader.manifest.model_sha256,
+                            "source": "pack",
+                            "pack_id": pack_id,
+                            "created_at": t_now,
+                            "verified_at": t_now if e.answer is not None and pr.vouched_by else None,
+                            "damaged": None,
+                            "receipt": receipt,
+                            "checker": e.checker,
+                            "proof": pr.proof,
+                            "schedule": schedule,
+                            "vouched_by": pr.vouched_by if e.answer is not None else None,
+                        }
+                    )
+                    .last_pk
+                )
                 insert_prefix_keys(lib.db, entry_id, pack_tokens(t), e.n_tokens)
                 imported += 1
             lib.consume_pending(pending)

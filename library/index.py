@@ -90,7 +90,9 @@ class Library(ProvenanceRecords):
         with self.write():
             self._insert_model(model)
 
-    def find_same(self, tokens_sha: str, fingerprint: str, kind: str, question: str | None, answer: str | None) -> Entry | None:
+    def find_same(
+        self, tokens_sha: str, fingerprint: str, kind: str, question: str | None, answer: str | None
+    ) -> Entry | None:
         qk = question_key(question) if question else None
         for row in self.db.query(
             "SELECT * FROM entries WHERE tokens_sha256 = ? AND fingerprint = ? AND kind = ? "
@@ -141,41 +143,74 @@ class Library(ProvenanceRecords):
         [pending_id] = self.mark_pending([sha])  # before the file exists: gc must not take it
         try:
             stored = self.blobs.put(view, sha, trusted=True, elide=elided)
-            entry_id = self._commit_entry(same, pending_id, stored, dict(
-                kind=kind, title=title, question=question, question_key=question_key(question) if question else None,
-                text=text, tokens=pack_tokens(tokens), n_tokens=len(tokens), tokens_sha256=tsha, answer=answer,
-                blob_sha256=sha, blob_size=len(view), fingerprint=fingerprint,
-                model_sha256=model.sha256 if model else None, source=source, pack_id=pack_id,
-                receipt=json.dumps(receipt, sort_keys=True) if receipt else None, checker=checker,
-                proof=proof, schedule=json.dumps(schedule, sort_keys=True) if schedule else None, vouched_by=vouched_by,
-            ), model)
+            entry_id = self._commit_entry(
+                same,
+                pending_id,
+                stored,
+                dict(
+                    kind=kind,
+                    title=title,
+                    question=question,
+                    question_key=question_key(question) if question else None,
+                    text=text,
+                    tokens=pack_tokens(tokens),
+                    n_tokens=len(tokens),
+                    tokens_sha256=tsha,
+                    answer=answer,
+                    blob_sha256=sha,
+                    blob_size=len(view),
+                    fingerprint=fingerprint,
+                    model_sha256=model.sha256 if model else None,
+                    source=source,
+                    pack_id=pack_id,
+                    receipt=json.dumps(receipt, sort_keys=True) if receipt else None,
+                    checker=checker,
+                    proof=proof,
+                    schedule=json.dumps(schedule, sort_keys=True) if schedule else None,
+                    vouched_by=vouched_by,
+                ),
+                model,
+            )
         except BaseException:
             self.clear_pending([pending_id])
             raise
         return self.get(entry_id), same is None
 
-    def _commit_entry(self, same: Entry | None, pending_id: int, stored: StoredBlob, row: dict,
-                      model: ModelRecord | None) -> int:
+    def _commit_entry(
+        self, same: Entry | None, pending_id: int, stored: StoredBlob, row: dict, model: ModelRecord | None
+    ) -> int:
         sha, size = stored.sha256, stored.size
         with self.write():
             if model is not None:
                 self._insert_model(model)
             self.insert_blob_row(stored)
-            again = self.find_same(row["tokens_sha256"], row["fingerprint"], row["kind"], row["question"], row["answer"])
+            again = self.find_same(
+                row["tokens_sha256"], row["fingerprint"], row["kind"], row["question"], row["answer"]
+            )
             if again is not None and again.damaged is None and (again.proven or row["proof"] == UNPROVEN):
                 entry_id = again.id  # another process committed it meanwhile
             elif same is not None:  # a damaged or unproven twin: point it at the state just made, then it is whole
-                self.db.execute("UPDATE entries SET blob_sha256 = ?, blob_size = ?, receipt = ?, damaged = NULL, proof = ?, "
-                                "schedule = ? WHERE id = ?",
-                                [sha, size, row["receipt"], row["proof"], row["schedule"], same.id])
+                self.db.execute(
+                    "UPDATE entries SET blob_sha256 = ?, blob_size = ?, receipt = ?, damaged = NULL, proof = ?, "
+                    "schedule = ? WHERE id = ?",
+                    [sha, size, row["receipt"], row["proof"], row["schedule"], same.id],
+                )
                 self.db.execute("UPDATE entries SET damaged = NULL WHERE blob_sha256 = ?", [sha])
                 entry_id = same.id
             else:
                 t = now()
-                entry_id = self.db["entries"].insert(
-                    {**row, "created_at": t, "verified_at": t if row["answer"] is not None and row["vouched_by"] else None,
-                     "damaged": None}
-                ).last_pk
+                entry_id = (
+                    self.db["entries"]
+                    .insert(
+                        {
+                            **row,
+                            "created_at": t,
+                            "verified_at": t if row["answer"] is not None and row["vouched_by"] else None,
+                            "damaged": None,
+                        }
+                    )
+                    .last_pk
+                )
                 insert_prefix_keys(self.db, entry_id, row["tokens"], row["n_tokens"])
             self.consume_pending([pending_id])
         return entry_id
@@ -186,30 +221,43 @@ class Library(ProvenanceRecords):
         gone = 0
         for k in range(0, len(ids), 500):
             part = list(ids[k : k + 500])
-            gone += self.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part).rowcount
+            gone += self.db.execute(
+                f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part
+            ).rowcount
         if gone != len(ids):
-            raise LibraryError("gc reclaimed a blob this write was still using (its pending record had expired); "
-                               "nothing was committed, try again")
+            raise LibraryError(
+                "gc reclaimed a blob this write was still using (its pending record had expired); "
+                "nothing was committed, try again"
+            )
 
     def insert_blob_row(self, stored: StoredBlob) -> None:
         """Record a blob just stored (inside a write transaction). An existing row takes the stored
         form's sizes and chunk digests: `put` has just checked or written the file they describe."""
         self.db.execute(
             "INSERT INTO blobs (sha256, size, created_at, chunks, stored_size, canonical) VALUES (?, ?, ?, ?, ?, 1) "
-            "ON CONFLICT(sha256) DO UPDATE SET chunks = excluded.chunks, stored_size = excluded.stored_size, canonical = 1",
+            "ON CONFLICT(sha256) DO UPDATE SET chunks = excluded.chunks, stored_size = excluded.stored_size, "
+            "canonical = 1",
             [stored.sha256, stored.size, now(), stored.chunks, stored.stored_size],
         )
 
     def _insert_model(self, model: ModelRecord) -> None:
         self.db["models"].insert(
-            {"sha256": model.sha256, "name": model.name, "architecture": model.architecture,
-             "size_bytes": model.size_bytes, "added_at": now()},
+            {
+                "sha256": model.sha256,
+                "name": model.name,
+                "architecture": model.architecture,
+                "size_bytes": model.size_bytes,
+                "added_at": now(),
+            },
             ignore=True,
         )
 
     def mark_pending(self, shas: Sequence[str]) -> list[int]:
         """Record blobs this process is about to write (one transaction); gc will not take them."""
-        rows = [{"sha256": check_sha(s), "pid": os.getpid(), "host": socket.gethostname(), "created_at": now()} for s in shas]
+        rows = [
+            {"sha256": check_sha(s), "pid": os.getpid(), "host": socket.gethostname(), "created_at": now()}
+            for s in shas
+        ]
         with self.write():
             return [self.db["pending_blobs"].insert(r).last_pk for r in rows]
 
@@ -228,9 +276,14 @@ class Library(ProvenanceRecords):
         with self.write():
             ids = [entry_id]
             if entry.kind == "solution":  # its answer-ready state goes with it
-                ids += [r[0] for r in self.db.execute(
-                    "SELECT id FROM entries WHERE kind = 'answer' AND question_key IS ? AND text = ? AND fingerprint = ?",
-                    [question_key(entry.question) if entry.question else None, entry.text, entry.fingerprint])]
+                ids += [
+                    r[0]
+                    for r in self.db.execute(
+                        "SELECT id FROM entries WHERE kind = 'answer' AND question_key IS ? AND text = ? AND "
+                        "fingerprint = ?",
+                        [question_key(entry.question) if entry.question else None, entry.text, entry.fingerprint],
+                    )
+                ]
             for i in ids:
                 self.db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [i])
                 self.db.execute("DELETE FROM entries WHERE id = ?", [i])
@@ -280,7 +333,8 @@ class Library(ProvenanceRecords):
         if q is None:
             return []
         sql = (
-            "SELECT e.* FROM entries_fts f JOIN entries e ON e.id = f.rowid WHERE entries_fts MATCH ? AND e.kind <> 'answer'"
+            "SELECT e.* FROM entries_fts f JOIN entries e ON e.id = f.rowid WHERE entries_fts MATCH ? AND e.kind "
+            "<> 'answer'"
             + (f" AND e.fingerprint = ? AND {GRAFTABLE}" if fingerprint else "")
             + " ORDER BY f.rank LIMIT ?"
         )
@@ -296,7 +350,9 @@ class Library(ProvenanceRecords):
         key = question_key(question)
         if not key:
             return None
-        rows = list(self.db.query("SELECT * FROM entries WHERE question_key = ? AND kind <> 'answer' ORDER BY id DESC", [key]))
+        rows = list(
+            self.db.query("SELECT * FROM entries WHERE question_key = ? AND kind <> 'answer' ORDER BY id DESC", [key])
+        )
         entries = [Entry.from_row(r) for r in rows]
         if fingerprint is not None:
             entries.sort(key=lambda e: (not e.graftable(fingerprint), not e.verified, e.answer is None))
@@ -323,7 +379,8 @@ class Library(ProvenanceRecords):
             mid = (lo + hi) // 2
             hit = self.db.execute(
                 "SELECT 1 FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
-                f"WHERE p.key = ? AND p.length = ? AND e.fingerprint = ? AND {GRAFTABLE} AND e.kind <> 'answer' LIMIT 1",
+                f"WHERE p.key = ? AND p.length = ? AND e.fingerprint = ? AND {GRAFTABLE} AND e.kind <> 'answer' "
+                "LIMIT 1",
                 [bkeys[blocks[mid]], blocks[mid], fingerprint],
             ).fetchone()
             if hit:
@@ -374,8 +431,11 @@ class Library(ProvenanceRecords):
         tokens = q("SELECT coalesce(sum(n_tokens), 0) FROM entries WHERE kind <> 'answer'").fetchone()[0]
         blobs, nbytes, canonical_bytes, legacy = q(
             "SELECT count(*), coalesce(sum(coalesce(stored_size, size)), 0), coalesce(sum(size), 0), "
-            "coalesce(sum(canonical IS NOT 1), 0) FROM blobs").fetchone()
-        blob_tokens = q("SELECT coalesce(sum(n), 0) FROM (SELECT max(n_tokens) AS n FROM entries GROUP BY blob_sha256)").fetchone()[0]
+            "coalesce(sum(canonical IS NOT 1), 0) FROM blobs"
+        ).fetchone()
+        blob_tokens = q(
+            "SELECT coalesce(sum(n), 0) FROM (SELECT max(n_tokens) AS n FROM entries GROUP BY blob_sha256)"
+        ).fetchone()[0]
         out = {
             "entries": entries,
             "blobs": blobs,
@@ -396,7 +456,9 @@ class Library(ProvenanceRecords):
             out["graftable"] = q(
                 f"SELECT count(*) FROM entries e WHERE e.fingerprint = ? AND {GRAFTABLE}", [fingerprint]
             ).fetchone()[0]
-            out["other_fingerprint"] = q("SELECT count(*) FROM entries WHERE fingerprint <> ?", [fingerprint]).fetchone()[0]
+            out["other_fingerprint"] = q(
+                "SELECT count(*) FROM entries WHERE fingerprint <> ?", [fingerprint]
+            ).fetchone()[0]
         if n_ctx:
             out["n_ctx"] = n_ctx
             out["context_multiple"] = tokens / n_ctx

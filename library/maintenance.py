@@ -88,7 +88,9 @@ def _check_chunks(lib: Library, sha: str, problems: list, repaired: list, repair
             lib.db.execute("UPDATE blobs SET chunks = ? WHERE sha256 = ?", [want, sha])
         repaired.append(f"blob {sha[:16]}...: chunk digests " + ("added" if row[0] is None else "rewritten"))
     elif row[0] is not None:
-        problems.append({"kind": "chunk_digests", "blob": sha, "detail": "the index's chunk digests do not match the intact blob"})
+        problems.append(
+            {"kind": "chunk_digests", "blob": sha, "detail": "the index's chunk digests do not match the intact blob"}
+        )
 
 
 def gc(lib: Library, grace_s: float = GRACE_S) -> dict:
@@ -101,8 +103,13 @@ def gc(lib: Library, grace_s: float = GRACE_S) -> dict:
             lib.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part)
         referenced = {r[0] for r in lib.db.execute("SELECT DISTINCT blob_sha256 FROM entries")}
         keep = referenced | live
-        unreferenced = [r[0] for r in lib.db.execute("SELECT sha256 FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)")]
-        lib.db.conn.executemany("DELETE FROM blobs WHERE sha256 = ?", [(sha,) for sha in unreferenced if sha not in live])
+        unreferenced = [
+            r[0]
+            for r in lib.db.execute("SELECT sha256 FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)")
+        ]
+        lib.db.conn.executemany(
+            "DELETE FROM blobs WHERE sha256 = ?", [(sha,) for sha in unreferenced if sha not in live]
+        )
         for sha in list(lib.blobs.iter_blobs()):
             if sha not in keep:
                 removed_bytes += lib.blobs.size(sha) or 0
@@ -111,8 +118,13 @@ def gc(lib: Library, grace_s: float = GRACE_S) -> dict:
         for t in _temp_files(lib, grace_s, live):
             t.path.unlink(missing_ok=True)
             removed_temp += 1
-    return {"removed_blobs": len(removed_blobs), "removed_bytes": removed_bytes, "removed_temp_files": removed_temp,
-            "removed_pending": len(stale), "kept_pending": len(live)}
+    return {
+        "removed_blobs": len(removed_blobs),
+        "removed_bytes": removed_bytes,
+        "removed_temp_files": removed_temp,
+        "removed_pending": len(stale),
+        "kept_pending": len(live),
+    }
 
 
 def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s: float = GRACE_S) -> dict:
@@ -141,7 +153,9 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
                 q("DELETE FROM prefix_keys WHERE entry_id NOT IN (SELECT id FROM entries)")
             repaired.append(f"removed {dangling_keys} prefix keys of deleted entries")
         else:
-            problems.append({"kind": "dangling_prefix_keys", "detail": f"{dangling_keys} prefix keys point to no entry"})
+            problems.append(
+                {"kind": "dangling_prefix_keys", "detail": f"{dangling_keys} prefix keys point to no entry"}
+            )
     missing_keys = q(
         "SELECT count(*) FROM entries WHERE id NOT IN (SELECT entry_id FROM prefix_keys WHERE full = 1)"
     ).fetchone()[0]
@@ -149,7 +163,9 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
         problems.append({"kind": "missing_prefix_keys", "detail": f"{missing_keys} entries have no prefix keys"})
 
     for row in q("SELECT id, blob_sha256 FROM entries WHERE blob_sha256 NOT IN (SELECT sha256 FROM blobs)"):
-        problems.append({"kind": "dangling_entry", "entry": row[0], "blob": row[1], "detail": "entry points to no blob row"})
+        problems.append(
+            {"kind": "dangling_entry", "entry": row[0], "blob": row[1], "detail": "entry points to no blob row"}
+        )
 
     blob_rows = {r[0]: r[1] for r in q("SELECT sha256, coalesce(stored_size, size) FROM blobs")}  # bytes on disk
     referenced = {}
@@ -172,7 +188,9 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
                 _check_chunks(lib, sha, problems, repaired, repair)
         if reason:
             bad_blobs.add(sha)
-            detail = f"{reason} ({len(eids)} entries)" + (f": {verdict.removeprefix('unreadable: ')}" if reason == "blob unreadable" else "")
+            detail = f"{reason} ({len(eids)} entries)" + (
+                f": {verdict.removeprefix('unreadable: ')}" if reason == "blob unreadable" else ""
+            )
             problems.append({"kind": reason.replace(" ", "_"), "blob": sha, "entries": eids, "detail": detail})
             if repair and reason != "blob unreadable":  # an OS error this time is not damage: nothing to repair
                 lib.mark_damaged(sha, reason)
@@ -184,7 +202,14 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
                 q("UPDATE entries SET damaged = NULL WHERE id = ?", [eid])
             repaired.append(f"entry #{eid}: blob is intact again, damaged mark cleared")
         else:
-            problems.append({"kind": "marked_damaged", "entry": eid, "blob": sha, "detail": f"entry #{eid} is marked damaged: {why}"})
+            problems.append(
+                {
+                    "kind": "marked_damaged",
+                    "entry": eid,
+                    "blob": sha,
+                    "detail": f"entry #{eid} is marked damaged: {why}",
+                }
+            )
 
     live, stale = _pending(lib, grace_s)
     for sha in sorted(on_disk - set(referenced)):
@@ -198,9 +223,19 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
         reclaimable.append({"kind": "stale_pending", "id": pid})
     if repair and reclaimable:
         r = gc(lib, grace_s)
-        repaired.append(f"gc: {r['removed_blobs']} orphan blobs, {r['removed_temp_files']} temp files, {r['removed_pending']} stale pending rows")
+        repaired.append(
+            f"gc: {r['removed_blobs']} orphan blobs, {r['removed_temp_files']} temp files, {r['removed_pending']} "
+            "stale pending rows"
+        )
         reclaimable = []
 
     uncompacted = q("SELECT count(*) FROM blobs WHERE canonical IS NOT 1").fetchone()[0]
-    return {"ok": not problems, "problems": problems, "reclaimable": reclaimable, "repaired": repaired,
-            "entries": lib.count(), "blobs_on_disk": len(on_disk), "uncompacted": uncompacted}
+    return {
+        "ok": not problems,
+        "problems": problems,
+        "reclaimable": reclaimable,
+        "repaired": repaired,
+        "entries": lib.count(),
+        "blobs_on_disk": len(on_disk),
+        "uncompacted": uncompacted,
+    }

@@ -3,8 +3,8 @@
 Format 3 adds what the fingerprint stands for (`engine`: the bit-deciding config and the probe
 hashes, engine/probe.py) and, per entry, how the exporter knew its state (`proof`), who vouched
 for its answer (`verified_by`) and its decode `schedule`; an importer trusts none of these unless a
-key it trusts signed them. Format 2 stores each blob as a compact container (library/container.py) named by the SHA-256 of
-its canonical bytes, with `blob_stored_size` in the manifest; format 1 stored the bytes as they
+key it trusts signed them. Format 2 stores each blob as a compact container (library/container.py)
+named by the SHA-256 of its canonical bytes, with `blob_stored_size` in the manifest; format 1 stored the bytes as they
 were. Both are read: `read_blob` always returns the bytes the name is the SHA-256 of.
 
 Reading validates the archive and the manifest completely before anything else looks at them;
@@ -101,7 +101,9 @@ def parse_manifest(raw: dict) -> Manifest:
         raise _fail("manifest: the top level must be a JSON object")
     version = _get(raw, "format_version", int, "the pack")
     if version > FORMAT_VERSION:
-        raise _fail(f"pack format version {version} is newer than this kvgraft reads ({FORMAT_VERSION}); upgrade kvgraft")
+        raise _fail(
+            f"pack format version {version} is newer than this kvgraft reads ({FORMAT_VERSION}); upgrade kvgraft"
+        )
     if version < 1:
         raise _fail(f"pack format version {version} is not valid")
     kv_version = _get(raw, "kvgraft_version", str, "the pack")
@@ -131,21 +133,31 @@ def parse_manifest(raw: dict) -> Manifest:
         if len(text) > MAX_TEXT_CHARS:
             raise _fail(f"manifest: {where} text is longer than {MAX_TEXT_CHARS:,} characters")
         receipt = _get(item, "receipt", dict, where, optional=True)
-        entries.append(PackEntry(
-            blob_sha256=_sha(_get(item, "blob_sha256", str, where), f"{where} blob_sha256"),
-            blob_size=size, blob_stored_size=stored_size, kind=kind, text=text, n_tokens=n_tokens,
-            title=_get(item, "title", str, where, optional=True),
-            question=_get(item, "question", str, where, optional=True),
-            answer=_get(item, "answer", str, where, optional=True),
-            tokens_sha256=_sha(_get(item, "tokens_sha256", str, where), f"{where} tokens_sha256"),
-            checker=_get(item, "checker", str, where, optional=True),
-            receipt=receipt,
-        ))
+        entries.append(
+            PackEntry(
+                blob_sha256=_sha(_get(item, "blob_sha256", str, where), f"{where} blob_sha256"),
+                blob_size=size,
+                blob_stored_size=stored_size,
+                kind=kind,
+                text=text,
+                n_tokens=n_tokens,
+                title=_get(item, "title", str, where, optional=True),
+                question=_get(item, "question", str, where, optional=True),
+                answer=_get(item, "answer", str, where, optional=True),
+                tokens_sha256=_sha(_get(item, "tokens_sha256", str, where), f"{where} tokens_sha256"),
+                checker=_get(item, "checker", str, where, optional=True),
+                receipt=receipt,
+            )
+        )
     return Manifest(
-        format_version=version, kvgraft_version=kv_version,
+        format_version=version,
+        kvgraft_version=kv_version,
         model_sha256=_sha(_get(model, "sha256", str, "model"), "model sha256"),
-        model_name=_get(model, "name", str, "model"), model_architecture=_get(model, "architecture", str, "model"),
-        fingerprint=fingerprint, entries=tuple(entries), raw=raw,
+        model_name=_get(model, "name", str, "model"),
+        model_architecture=_get(model, "architecture", str, "model"),
+        fingerprint=fingerprint,
+        entries=tuple(entries),
+        raw=raw,
     )
 
 
@@ -210,14 +222,21 @@ class PackReader:
             if info.flag_bits & 0x1:
                 raise _fail(f"member {name!r} is encrypted")
             if name not in (MANIFEST, SIGNATURE) and not _BLOB_MEMBER.match(name):
-                raise _fail(f"member {name!r} is not part of the pack format (only manifest.json, signature.json and blobs/<sha256>)")
+                raise _fail(
+                    f"member {name!r} is not part of the pack format (only manifest.json, signature.json and "
+                    "blobs/<sha256>)"
+                )
             if info.compress_size > self.archive_size:
-                raise _fail(f"member {name!r} declares {info.compress_size:,} bytes but the archive is {self.archive_size:,}")
+                raise _fail(
+                    f"member {name!r} declares {info.compress_size:,} bytes but the archive is {self.archive_size:,}"
+                )
             if _BLOB_MEMBER.match(name):
                 if info.compress_type != zipfile.ZIP_STORED:
                     raise _fail(f"blob member {name!r} is compressed; blobs must be stored uncompressed")
                 if info.file_size != info.compress_size:
-                    raise _fail(f"blob member {name!r} declares {info.file_size:,} bytes but stores {info.compress_size:,}")
+                    raise _fail(
+                        f"blob member {name!r} declares {info.file_size:,} bytes but stores {info.compress_size:,}"
+                    )
             members[name] = info
         if MANIFEST not in members:
             raise _fail("the archive has no manifest.json")
@@ -245,10 +264,14 @@ class PackReader:
         for i, e in enumerate(self.manifest.entries):
             prev = named.get(e.blob_sha256)
             if prev is not None and prev != e.blob_stored_size:
-                raise _fail(f"manifest: entry {i} gives blob {e.blob_sha256[:16]}... a size that another entry contradicts")
+                raise _fail(
+                    f"manifest: entry {i} gives blob {e.blob_sha256[:16]}... a size that another entry contradicts"
+                )
             named[e.blob_sha256] = e.blob_stored_size
             if canonical.setdefault(e.blob_sha256, e.blob_size) != e.blob_size:
-                raise _fail(f"manifest: entry {i} gives blob {e.blob_sha256[:16]}... a size that another entry contradicts")
+                raise _fail(
+                    f"manifest: entry {i} gives blob {e.blob_sha256[:16]}... a size that another entry contradicts"
+                )
             if self.manifest.format_version < 2 and e.blob_size != e.blob_stored_size:
                 raise _fail(f"manifest: entry {i} gives blob {e.blob_sha256[:16]}... two sizes in a format 1 pack")
         present = {m.group(1): info for name, info in self.members.items() if (m := _BLOB_MEMBER.match(name))}
@@ -257,7 +280,9 @@ class PackReader:
             if info is None:
                 raise _fail(f"manifest names blob {sha[:16]}... but the archive does not hold it")
             if info.file_size != size:
-                raise _fail(f"blob {sha[:16]}... is {info.file_size:,} bytes in the archive, the manifest says {size:,}")
+                raise _fail(
+                    f"blob {sha[:16]}... is {info.file_size:,} bytes in the archive, the manifest says {size:,}"
+                )
         extra = sorted(set(present) - set(named))
         if extra:
             raise _fail(f"the archive holds blob {extra[0][:16]}... that the manifest does not name")
@@ -306,9 +331,14 @@ class PackReader:
             except container.ContainerError as exc:
                 raise _fail(f"blob {sha256[:16]}... is not a valid compact blob: {exc}") from exc
             if self._sizes.get(sha256) != c.size:
-                raise _fail(f"blob {sha256[:16]}... holds {c.size:,} bytes, the manifest says {self._sizes.get(sha256)}")
+                raise _fail(
+                    f"blob {sha256[:16]}... holds {c.size:,} bytes, the manifest says {self._sizes.get(sha256)}"
+                )
             if self.max_blob_size is not None and c.size > self.max_blob_size:
-                raise _fail(f"blob {sha256[:16]}... decodes to {c.size:,} bytes, more than a state of this context ({self.max_blob_size:,})")
+                raise _fail(
+                    f"blob {sha256[:16]}... decodes to {c.size:,} bytes, more than a state of this context "
+                    f"({self.max_blob_size:,})"
+                )
             data, ranges = container.decode(data, c), c.ranges
         if hashlib.sha256(data).hexdigest() != sha256:
             raise _fail(f"blob {sha256[:16]}... does not match its SHA-256 (damaged or tampered)")
@@ -328,18 +358,23 @@ class PackReader:
         return data
 
 
-def write_pack(path: Path, manifest: dict, blobs: Iterable[tuple[str, Callable[[], bytes]]],
-               sign_key: Path | None = None) -> int:
+def write_pack(
+    path: Path, manifest: dict, blobs: Iterable[tuple[str, Callable[[], bytes]]], sign_key: Path | None = None
+) -> int:
     """Write a pack atomically (temp file, fsync, rename); return its size. Blobs are stored
-    uncompressed, as the loaders give them (compact containers in format 2). With `sign_key` (an Ed25519 private key file) the manifest bytes are signed."""
+    uncompressed, as the loaders give them (compact containers in format 2). With `sign_key` (an
+    Ed25519 private key file) the manifest bytes are signed."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     manifest_bytes = json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8")
     signature = sign_manifest(manifest_bytes, sign_key) if sign_key is not None else None
     try:
         with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as z:
-            z.writestr(zipfile.ZipInfo(MANIFEST, date_time=(2000, 1, 1, 0, 0, 0)), manifest_bytes,
-                       compress_type=zipfile.ZIP_DEFLATED)
+            z.writestr(
+                zipfile.ZipInfo(MANIFEST, date_time=(2000, 1, 1, 0, 0, 0)),
+                manifest_bytes,
+                compress_type=zipfile.ZIP_DEFLATED,
+            )
             if signature is not None:
                 z.writestr(zipfile.ZipInfo(SIGNATURE, date_time=(2000, 1, 1, 0, 0, 0)), signature)
             seen = set()

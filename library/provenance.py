@@ -23,8 +23,10 @@ class ProvenanceRecords:
         """Record a proof of origin found for an entry (a replay here reproduced its state), with the
         fingerprint of the engine that found it and the receipt computed there."""
         with self.write():
-            self.db.execute("UPDATE entries SET proof = ?, fingerprint = ?, receipt = ? WHERE id = ?",
-                            [proof, fingerprint, json.dumps(receipt, sort_keys=True) if receipt else None, entry_id])
+            self.db.execute(
+                "UPDATE entries SET proof = ?, fingerprint = ?, receipt = ? WHERE id = ?",
+                [proof, fingerprint, json.dumps(receipt, sort_keys=True) if receipt else None, entry_id],
+            )
         return self.get(entry_id)
 
     def record_engine(self, fingerprint: str, info: dict, environment: dict) -> None:
@@ -32,8 +34,10 @@ class ProvenanceRecords:
         if self.db.execute("SELECT 1 FROM engines WHERE fingerprint = ?", [fingerprint]).fetchone():
             return
         with self.write():
-            self.db.execute("INSERT OR IGNORE INTO engines (fingerprint, info, environment, seen_at) VALUES (?, ?, ?, ?)",
-                            [fingerprint, json.dumps(info, sort_keys=True), json.dumps(environment, sort_keys=True), now()])
+            self.db.execute(
+                "INSERT OR IGNORE INTO engines (fingerprint, info, environment, seen_at) VALUES (?, ?, ?, ?)",
+                [fingerprint, json.dumps(info, sort_keys=True), json.dumps(environment, sort_keys=True), now()],
+            )
 
     def engine_info(self, fingerprint: str) -> dict | None:
         row = self.db.execute("SELECT info, environment FROM engines WHERE fingerprint = ?", [fingerprint]).fetchone()
@@ -43,10 +47,16 @@ class ProvenanceRecords:
         """A signer is no longer trusted: the entries its packs proved become unproven, and the
         answers it vouched for become stated. Returns how many entries changed."""
         with self.write():
-            n = self.db.execute("UPDATE entries SET proof = 'unproven' WHERE proof LIKE 'signed:%' AND pack_id IN "
-                                "(SELECT id FROM packs WHERE signer = ?)", [key_id]).rowcount
-            self.db.execute("UPDATE entries SET vouched_by = NULL, verified_at = NULL WHERE vouched_by LIKE 'signer:%' "
-                            "AND pack_id IN (SELECT id FROM packs WHERE signer = ?)", [key_id])
+            n = self.db.execute(
+                "UPDATE entries SET proof = 'unproven' WHERE proof LIKE 'signed:%' AND pack_id IN "
+                "(SELECT id FROM packs WHERE signer = ?)",
+                [key_id],
+            ).rowcount
+            self.db.execute(
+                "UPDATE entries SET vouched_by = NULL, verified_at = NULL WHERE vouched_by LIKE 'signer:%' "
+                "AND pack_id IN (SELECT id FROM packs WHERE signer = ?)",
+                [key_id],
+            )
         return n
 
     def legacy_samples(self, legacy: str, limit: int = 3) -> list[Entry] | None:
@@ -54,19 +64,31 @@ class ProvenanceRecords:
         first; None when no entry at all is under it (nothing to relabel)."""
         if self.db.execute("SELECT 1 FROM entries WHERE fingerprint = ? LIMIT 1", [legacy]).fetchone() is None:
             return None
-        return [Entry.from_row(r) for r in self.db.query(
-            "SELECT * FROM entries WHERE fingerprint = ? AND receipt IS NOT NULL AND damaged IS NULL ORDER BY id DESC LIMIT ?",
-            [legacy, limit])]
+        return [
+            Entry.from_row(r)
+            for r in self.db.query(
+                "SELECT * FROM entries WHERE fingerprint = ? AND receipt IS NOT NULL AND damaged IS NULL ORDER BY "
+                "id DESC LIMIT ?",
+                [legacy, limit],
+            )
+        ]
 
     def relabel_fingerprint(self, legacy: str, fingerprint: str) -> int:
         """Move entries made under an old-style fingerprint (version 1, which hashed the CPU feature
         string) to the probe fingerprint of the engine whose old-style fingerprint it is. Their
         proof does not change. Returns how many moved."""
-        if legacy == fingerprint or self.db.execute("SELECT 1 FROM entries WHERE fingerprint = ? LIMIT 1", [legacy]).fetchone() is None:
+        if (
+            legacy == fingerprint
+            or self.db.execute("SELECT 1 FROM entries WHERE fingerprint = ? LIMIT 1", [legacy]).fetchone() is None
+        ):
             return 0
         with self.write():
-            n = self.db.execute("UPDATE entries SET fingerprint = ? WHERE fingerprint = ?", [fingerprint, legacy]).rowcount
-            self.db.execute("INSERT OR REPLACE INTO fingerprint_relabels (legacy, fingerprint, entries, relabelled_at) "
-                            "VALUES (?, ?, ?, ?)", [legacy, fingerprint, n, now()])
+            n = self.db.execute(
+                "UPDATE entries SET fingerprint = ? WHERE fingerprint = ?", [fingerprint, legacy]
+            ).rowcount
+            self.db.execute(
+                "INSERT OR REPLACE INTO fingerprint_relabels (legacy, fingerprint, entries, relabelled_at) "
+                "VALUES (?, ?, ?, ?)",
+                [legacy, fingerprint, n, now()],
+            )
         return n
-

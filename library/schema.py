@@ -22,8 +22,14 @@ def m001_core(db: Database) -> None:
     )
     db["packs"].create(
         {
-            "id": int, "sha256": str, "file_name": str, "format_version": int, "kvgraft_version": str,
-            "signer": str, "n_entries": int, "imported_at": str,
+            "id": int,
+            "sha256": str,
+            "file_name": str,
+            "format_version": int,
+            "kvgraft_version": str,
+            "signer": str,
+            "n_entries": int,
+            "imported_at": str,
         },
         pk="id",
     )
@@ -74,8 +80,9 @@ def m002_fts(db: Database) -> None:
 
 @migrations()
 def m003_prefix_keys(db: Database) -> None:
-    db["prefix_keys"].create({"key": bytes, "length": int, "entry_id": int, "full": int},
-                             foreign_keys=[("entry_id", "entries", "id")])
+    db["prefix_keys"].create(
+        {"key": bytes, "length": int, "entry_id": int, "full": int}, foreign_keys=[("entry_id", "entries", "id")]
+    )
     db["prefix_keys"].create_index(["key", "full"])
     db["prefix_keys"].create_index(["entry_id"])
     for row in db.query("SELECT id, tokens, n_tokens FROM entries"):
@@ -135,7 +142,9 @@ def m007_proof(db: Database) -> None:
     db.execute("UPDATE entries SET proof = CASE WHEN source = 'local' THEN 'local' ELSE 'unproven' END")
     db.execute("UPDATE entries SET verified_at = NULL")
     db["engines"].create({"fingerprint": str, "info": str, "environment": str, "seen_at": str}, pk="fingerprint")
-    db["fingerprint_relabels"].create({"legacy": str, "fingerprint": str, "entries": int, "relabelled_at": str}, pk="legacy")
+    db["fingerprint_relabels"].create(
+        {"legacy": str, "fingerprint": str, "entries": int, "relabelled_at": str}, pk="legacy"
+    )
 
 
 def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens: int) -> None:
@@ -147,5 +156,12 @@ def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens
     )
 
 
-MIGRATIONS = ["m001_core", "m002_fts", "m003_prefix_keys", "m004_entry_receipts", "m005_blob_chunks", "m006_compaction",
-              "m007_proof"]
+MIGRATIONS = [
+    "m001_core",
+    "m002_fts",
+    "m003_prefix_keys",
+    "m004_entry_receipts",
+    "m005_blob_chunks",
+    "m006_compaction",
+    "m007_proof",
+]

@@ -31,7 +31,9 @@ def _crypto():
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
     except ImportError as exc:
-        raise SigningError("pack signing needs the optional 'cryptography' package: pip install 'kvgraft[sign]'") from exc
+        raise SigningError(
+            "pack signing needs the optional 'cryptography' package: pip install 'kvgraft[sign]'"
+        ) from exc
     return Ed25519PrivateKey, Ed25519PublicKey, serialization, InvalidSignature
 
 
@@ -78,8 +80,15 @@ def sign_manifest(manifest_bytes: bytes, private_key_path: Path) -> bytes:
     key = _load_private(private_key_path)
     raw = key.public_key().public_bytes(ser.Encoding.Raw, ser.PublicFormat.Raw)
     sig = key.sign(manifest_bytes)
-    return json.dumps({"algorithm": "ed25519", "public_key": base64.b64encode(raw).decode(), "key_id": key_id(raw),
-                       "signature": base64.b64encode(sig).decode()}, sort_keys=True).encode()
+    return json.dumps(
+        {
+            "algorithm": "ed25519",
+            "public_key": base64.b64encode(raw).decode(),
+            "key_id": key_id(raw),
+            "signature": base64.b64encode(sig).decode(),
+        },
+        sort_keys=True,
+    ).encode()
 
 
 def verify_signature(manifest_bytes: bytes, signature_member: bytes) -> Signer:

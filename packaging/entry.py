@@ -1,17 +1,6 @@
-"""Entry point of the bundled app: no arguments opens the window, any argument runs the CLI."""
+"""The bundle's launcher script (PyInstaller needs a file): everything is in kvgraft.entry."""
 
-import sys
-
-
-def main() -> None:
-    if len(sys.argv) == 1 or all(a.endswith((".kvpack", ".jsonl", ".gguf")) for a in sys.argv[1:]):
-        from ui.main_window import run  # no arguments, or files from a file manager: the window
-
-        sys.exit(run())
-    from app.cli import main as cli_main
-
-    cli_main()
-
+from kvgraft.entry import bundle_main
 
 if __name__ == "__main__":
-    main()
+    bundle_main()

@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.library_service import LibraryService  # noqa: E402
-from app.runtime import Settings, open_engine  # noqa: E402
-from app.textgen import prefix_tokens  # noqa: E402
-from engine.compare import logits_sha256  # noqa: E402
-from library.index import Library  # noqa: E402
+from kvgraft.app.library_service import LibraryService  # noqa: E402
+from kvgraft.app.runtime import Settings, open_engine  # noqa: E402
+from kvgraft.app.textgen import prefix_tokens  # noqa: E402
+from kvgraft.engine.compare import logits_sha256  # noqa: E402
+from kvgraft.library.index import Library  # noqa: E402
 
 PROBE = " Question: which word came up most often above? Answer:"
 
@@ -44,8 +44,15 @@ def row(engine, n: int, say) -> dict:
         s.prefill(probe)
         fresh = logits_sha256(s.logits())
     with tempfile.TemporaryDirectory(prefix="kvgraft-compaction-") as tmp, Library(Path(tmp)) as lib:
-        entry, _ = lib.add_entry(kind="prefix", text=f"prefix {n}", tokens=tokens, blob=snap.data, blob_sha256=snap.sha256,
-                                 fingerprint=eng.fingerprint, elided=snap.elided)
+        entry, _ = lib.add_entry(
+            kind="prefix",
+            text=f"prefix {n}",
+            tokens=tokens,
+            blob=snap.data,
+            blob_sha256=snap.sha256,
+            fingerprint=eng.fingerprint,
+            elided=snap.elided,
+        )
         stored = lib.blobs.size(entry.blob_sha256)
         service = LibraryService(eng, lib)
         with eng.session() as g:
@@ -55,9 +62,17 @@ def row(engine, n: int, say) -> dict:
             g.prefill(probe)
             exact = logits_sha256(g.logits()) == fresh
     del snap
-    return {"prefix_tokens": n, "uncompacted_bytes": raw_bytes, "stored_bytes": stored,
-            "bytes_per_token_before": raw_bytes / n, "bytes_per_token_after": stored / n,
-            "stored_fraction": stored / raw_bytes, "prefill_s": prefill_s, "graft_s": graft_s, "exact": exact}
+    return {
+        "prefix_tokens": n,
+        "uncompacted_bytes": raw_bytes,
+        "stored_bytes": stored,
+        "bytes_per_token_before": raw_bytes / n,
+        "bytes_per_token_after": stored / n,
+        "stored_fraction": stored / raw_bytes,
+        "prefill_s": prefill_s,
+        "graft_s": graft_s,
+        "exact": exact,
+    }
 
 
 def main() -> None:
@@ -77,8 +92,11 @@ def main() -> None:
     print("| prefix | bytes/token before | bytes/token after | stored | graft from disk | exact |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['prefix_tokens']:,} tokens | {r['bytes_per_token_before']:,.0f} | {r['bytes_per_token_after']:,.0f} | "
-              f"{r['stored_fraction']:.0%} | {r['graft_s'] * 1e3:,.0f} ms | {'yes' if r['exact'] else 'NO'} |")
+        print(
+            f"| {r['prefix_tokens']:,} tokens | {r['bytes_per_token_before']:,.0f} | "
+            f"{r['bytes_per_token_after']:,.0f} | "
+            f"{r['stored_fraction']:.0%} | {r['graft_s'] * 1e3:,.0f} ms | {'yes' if r['exact'] else 'NO'} |"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
 

@@ -30,18 +30,21 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="kvgraft-fuzz-"))
     os.environ["KVGRAFT_HOME"] = str(work / "home")
 
-    from app.library_service import LibraryService
-    from app.model_store import embedded_model_path, model_sha256
-    from app.packs import build_pack
-    from app.problems import Problem, write_jsonl
-    from engine.config import EngineConfig
-    from engine.engine import Engine
-    from library.index import Library
+    from kvgraft.app.library_service import LibraryService
+    from kvgraft.app.model_store import embedded_model_path, model_sha256
+    from kvgraft.app.packs import build_pack
+    from kvgraft.app.problems import Problem, write_jsonl
+    from kvgraft.engine.config import EngineConfig
+    from kvgraft.engine.engine import Engine
+    from kvgraft.library.index import Library
     from tests.fuzz_harness import FuzzStats, fuzz_pack_import, fuzz_snapshots
 
     model = embedded_model_path()
     engine = Engine.load(EngineConfig(model_path=model), model_sha256(model))
-    write_jsonl([Problem("f1", "A hut holds 9 barrels and gets 3 more. How many barrels?", "9 + 3 = 12", "12")], work / "p.jsonl")
+    write_jsonl(
+        [Problem("f1", "A hut holds 9 barrels and gets 3 more. How many barrels?", "9 + 3 = 12", "12")],
+        work / "p.jsonl",
+    )
     with Library(work / "src") as lib:
         build_pack(LibraryService(engine, lib), work / "p.jsonl", work / "tiny.kvpack")
     t0 = time.perf_counter()
@@ -55,9 +58,16 @@ def main() -> int:
     snaps = FuzzStats()
     (work / "snaps").mkdir()
     fuzz_snapshots(small, model, snap.data, snap.n_tokens, work / "snaps", args.snapshots, args.seed + 1, snaps)
-    out = {"packs": packs.as_dict(), "snapshots": snaps.as_dict(), "cases": packs.cases + snaps.cases,
-           "crashes": snaps.crashes, "partial_imports": packs.partial_imports, "stray_files": packs.stray_files,
-           "untyped_errors": len(packs.other_errors) + len(snaps.other_errors), "seconds": round(time.perf_counter() - t0, 1)}
+    out = {
+        "packs": packs.as_dict(),
+        "snapshots": snaps.as_dict(),
+        "cases": packs.cases + snaps.cases,
+        "crashes": snaps.crashes,
+        "partial_imports": packs.partial_imports,
+        "stray_files": packs.stray_files,
+        "untyped_errors": len(packs.other_errors) + len(snaps.other_errors),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
     print(json.dumps(out, indent=2))
     bad = out["crashes"] or out["partial_imports"] or out["stray_files"] or out["untyped_errors"]
     return 1 if bad else 0

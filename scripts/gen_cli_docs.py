@@ -9,7 +9,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from app.cli import cli  # noqa: E402
+from kvgraft.entry import cli  # noqa: E402
 
 HEADER = """# kvgraft command reference
 

@@ -28,11 +28,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", type=int, default=12)
     args = ap.parse_args()
-    from app.library_service import LibraryService
-    from app.packs import build_pack
-    from app.problems import starter_problems, write_jsonl
-    from app.runtime import Settings, open_engine
-    from library.index import Library
+    from kvgraft.app.library_service import LibraryService
+    from kvgraft.app.packs import build_pack
+    from kvgraft.app.problems import starter_problems, write_jsonl
+    from kvgraft.app.runtime import Settings, open_engine
+    from kvgraft.library.index import Library
 
     engine = open_engine(Settings())
     with tempfile.TemporaryDirectory(prefix="kvgraft-replay-") as tmp:
@@ -43,8 +43,12 @@ def main() -> int:
             built = build_pack(LibraryService(engine, lib), tmp / "p.jsonl", tmp / "pack.kvpack")
         env = {**os.environ, "KVGRAFT_HOME": str(tmp / "dst")}
         t0 = time.perf_counter()
-        out = subprocess.run([str(REPO / ".venv" / "bin" / "kvgraft"), "import", str(tmp / "pack.kvpack"), "--json"],
-                             env=env, capture_output=True, text=True)
+        out = subprocess.run(
+            [str(REPO / ".venv" / "bin" / "kvgraft"), "import", str(tmp / "pack.kvpack"), "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         wall = time.perf_counter() - t0
         if out.returncode != 0:
             print(out.stdout, out.stderr, file=sys.stderr)
@@ -64,10 +68,14 @@ def main() -> int:
                     graft = time.perf_counter() - t
                 rows.append((e.n_tokens, e.proof, prefill, graft))
     tokens = sum(r[0] for r in rows)
-    print(f"pack: {built['entries']} solutions of {min(r[0] for r in rows):,}-{max(r[0] for r in rows):,} tokens "
-          f"({tokens:,} in all), {built['bytes'] / 1e6:.1f} MB")
-    print(f"kvgraft import: {res['imported']} entries, {res['replayed']} replayed in {res['replay_s']:.1f} s "
-          f"(the whole command {wall:.1f} s, model load included)")
+    print(
+        f"pack: {built['entries']} solutions of {min(r[0] for r in rows):,}-{max(r[0] for r in rows):,} tokens "
+        f"({tokens:,} in all), {built['bytes'] / 1e6:.1f} MB"
+    )
+    print(
+        f"kvgraft import: {res['imported']} entries, {res['replayed']} replayed in {res['replay_s']:.1f} s "
+        f"(the whole command {wall:.1f} s, model load included)"
+    )
     print(f"proofs: {sorted({r[1] for r in rows})}")
     print("")
     print(f"{'tokens':>7} | {'prefill':>9} | {'graft':>8} | ratio")
@@ -75,8 +83,10 @@ def main() -> int:
         print(f"{n:>7,} | {prefill:>7.2f} s | {graft * 1e3:>5.1f} ms | {prefill / graft:>4.0f}x")
     pre, gr = sum(r[2] for r in rows), sum(r[3] for r in rows)
     print(f"{'all':>7} | {pre:>7.2f} s | {gr * 1e3:>5.1f} ms | {pre / gr:>4.0f}x")
-    print(f"\nthe replay costs about one prefill of each entry once ({res['replay_s']:.1f} s); every later answer "
-          f"from these entries grafts instead (all {len(rows)}: {gr * 1e3:.0f} ms vs {pre:.1f} s of prefill)")
+    print(
+        f"\nthe replay costs about one prefill of each entry once ({res['replay_s']:.1f} s); every later answer "
+        f"from these entries grafts instead (all {len(rows)}: {gr * 1e3:.0f} ms vs {pre:.1f} s of prefill)"
+    )
     return 0
 
 

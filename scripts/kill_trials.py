@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """SIGKILL a library writer at N random points (default 100); fsck must stay clean, nothing lost.
 
-    .venv/bin/python scripts/kill_trials.py [--trials 100] [--dir DIR]
+.venv/bin/python scripts/kill_trials.py [--trials 100] [--dir DIR]
 """
 
 from __future__ import annotations

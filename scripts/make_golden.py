@@ -17,9 +17,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from app.model_store import embedded_model_path, model_sha256  # noqa: E402
-from engine.config import EngineConfig  # noqa: E402
-from engine.engine import Engine  # noqa: E402
+from kvgraft.app.model_store import embedded_model_path, model_sha256  # noqa: E402
+from kvgraft.engine.config import EngineConfig  # noqa: E402
+from kvgraft.engine.engine import Engine  # noqa: E402
 from tests.golden_cases import CASES, HASH_KEYS, compute_case  # noqa: E402
 
 DEST = REPO / "tests" / "golden" / "engine_golden.json"
@@ -34,7 +34,10 @@ def main() -> int:
     old = json.loads(DEST.read_text()) if DEST.exists() else {}
     committed = {c["name"]: c for c in old.get("cases", [])}
     if old.get("probe") not in (None, engine.probe) and not args.force:
-        print("the probe differs from the committed one: this machine makes other bits; --force to replace", file=sys.stderr)
+        print(
+            "the probe differs from the committed one: this machine makes other bits; --force to replace",
+            file=sys.stderr,
+        )
         return 1
     cases = []
     for case in CASES:

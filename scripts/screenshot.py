@@ -22,11 +22,11 @@ os.environ["KVGRAFT_HOME"] = tempfile.mkdtemp(prefix="kvgraft-shot-")
 from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from app.library_service import LibraryService, open_library  # noqa: E402
-from app.problems import starter_problems  # noqa: E402
-from app.runtime import Settings, open_engine  # noqa: E402
-from app.textgen import synthetic_text  # noqa: E402
-from ui.main_window import MainWindow  # noqa: E402
+from kvgraft.app.library_service import LibraryService, open_library  # noqa: E402
+from kvgraft.app.problems import starter_problems  # noqa: E402
+from kvgraft.app.runtime import Settings, open_engine  # noqa: E402
+from kvgraft.app.textgen import synthetic_text  # noqa: E402
+from kvgraft.ui.main_window import MainWindow  # noqa: E402
 
 
 def main() -> None:

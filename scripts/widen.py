@@ -36,13 +36,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.library_service import LibraryService  # noqa: E402
-from app.packs import export_pack, import_pack  # noqa: E402
-from app.problems import DOCUMENT_PROBE  # noqa: E402
-from app.runtime import Settings, open_engine  # noqa: E402
-from app.textgen import synthetic_text  # noqa: E402
-from engine.compare import logits_sha256  # noqa: E402
-from library.index import Library  # noqa: E402
+from kvgraft.app.library_service import LibraryService  # noqa: E402
+from kvgraft.app.packs import export_pack, import_pack  # noqa: E402
+from kvgraft.app.problems import DOCUMENT_PROBE  # noqa: E402
+from kvgraft.app.runtime import Settings, open_engine  # noqa: E402
+from kvgraft.app.textgen import synthetic_text  # noqa: E402
+from kvgraft.engine.compare import logits_sha256  # noqa: E402
+from kvgraft.library.index import Library  # noqa: E402
 
 MIN_DOC, MAX_DOC = 6000, 8000
 N_CTX = 8192
@@ -105,30 +105,57 @@ def measure_latency(service: LibraryService, entries, samples: int, seed: int, c
             t2 = time.perf_counter()
             s.prefill(probe)
             exact = (hit.receipt or {}).get("fresh_logits_sha256") == logits_sha256(s.logits())
-            rows.append({"entry": e.id, "hit": hit.id, "tokens": e.n_tokens, "lookup_ms": (t1 - t0) * 1e3,
-                         "graft_ms": (t2 - t1) * 1e3, "read_validate_ms": g.validate_ms, "restore_ms": g.restore_ms,
-                         "exact": exact and hit.id == e.id})
+            rows.append(
+                {
+                    "entry": e.id,
+                    "hit": hit.id,
+                    "tokens": e.n_tokens,
+                    "lookup_ms": (t1 - t0) * 1e3,
+                    "graft_ms": (t2 - t1) * 1e3,
+                    "read_validate_ms": g.validate_ms,
+                    "restore_ms": g.restore_ms,
+                    "exact": exact and hit.id == e.id,
+                }
+            )
 
     def med(key):
         return statistics.median(r[key] for r in rows)
 
-    return {"samples": len(rows), "lookup_ms": med("lookup_ms"), "graft_ms": med("graft_ms"),
-            "lookup_graft_ms": statistics.median(r["lookup_ms"] + r["graft_ms"] for r in rows),
-            "graft_ms_per_1k_tokens": statistics.median(r["graft_ms"] / r["tokens"] * 1e3 for r in rows),
-            "all_exact": all(r["exact"] for r in rows), "rows": rows}
+    return {
+        "samples": len(rows),
+        "lookup_ms": med("lookup_ms"),
+        "graft_ms": med("graft_ms"),
+        "lookup_graft_ms": statistics.median(r["lookup_ms"] + r["graft_ms"] for r in rows),
+        "graft_ms_per_1k_tokens": statistics.median(r["graft_ms"] / r["tokens"] * 1e3 for r in rows),
+        "all_exact": all(r["exact"] for r in rows),
+        "rows": rows,
+    }
 
 
-def snapshot_row(lib: Library, service: LibraryService, samples: int, seed: int, docs_only: bool = True,
-                 entry_ids: list[int] | None = None, cold: bool = False) -> dict:
+def snapshot_row(
+    lib: Library,
+    service: LibraryService,
+    samples: int,
+    seed: int,
+    docs_only: bool = True,
+    entry_ids: list[int] | None = None,
+    cold: bool = False,
+) -> dict:
     st = lib.stats()
     size, blocks = blob_disk(lib)
     docs = [e for e in lib.entries() if (e.title or "").startswith("widen doc") or not docs_only]
     if entry_ids is not None:
         docs = [e for e in docs if e.id in set(entry_ids)]
     lat = measure_latency(service, docs, samples, seed, cold=cold)
-    return {"entries": st["entries"], "blob_tokens": st["blob_tokens"], "blob_bytes": size, "blob_blocks_bytes": blocks,
-            "bytes_per_token": size / st["blob_tokens"], "canonical_bytes_per_token": st["canonical_bytes_per_token"],
-            "latency": lat}
+    return {
+        "entries": st["entries"],
+        "blob_tokens": st["blob_tokens"],
+        "blob_bytes": size,
+        "blob_blocks_bytes": blocks,
+        "bytes_per_token": size / st["blob_tokens"],
+        "canonical_bytes_per_token": st["canonical_bytes_per_token"],
+        "latency": lat,
+    }
 
 
 def fill(args, service: LibraryService, log) -> None:
@@ -143,9 +170,17 @@ def fill(args, service: LibraryService, log) -> None:
         if title not in done:
             text = doc_text(service.engine.model, i)
             res = service.deposit(text, kind="document", title=title)
-            log({"event": "deposit", "doc": i, "tokens": res.entry.n_tokens, "prefill_s": round(res.prefill_s, 2),
-                 "stored_bytes": lib.blobs.size(res.entry.blob_sha256), "canonical_bytes": res.entry.blob_size,
-                 "receipt_equal": (res.entry.receipt or {}).get("equal")})
+            log(
+                {
+                    "event": "deposit",
+                    "doc": i,
+                    "tokens": res.entry.n_tokens,
+                    "prefill_s": round(res.prefill_s, 2),
+                    "stored_bytes": lib.blobs.size(res.entry.blob_sha256),
+                    "canonical_bytes": res.entry.blob_size,
+                    "receipt_equal": (res.entry.receipt or {}).get("equal"),
+                }
+            )
             if (i + 1) % args.measure_every == 0:
                 log({"event": "measure", **snapshot_row(lib, service, args.samples, seed=i)})
         i += 1
@@ -167,14 +202,18 @@ def baseline(args, service: LibraryService, home: Path, log) -> None:
         log({"event": "baseline_import", **import_pack(small_service, pack)})
     n = small.count()
     for k in range(n - 10, 90):
-        small_service.deposit(f"Note {k}.\n" + synthetic_text(450, seed=2_000_000 + k), kind="document", title=f"note {k:03d}")
+        small_service.deposit(
+            f"Note {k}.\n" + synthetic_text(450, seed=2_000_000 + k), kind="document", title=f"note {k:03d}"
+        )
     long_ids = [e.id for e in small.entries() if (e.title or "").startswith("widen doc")]
     out = {"event": "baseline"}
     for cold in (False, True):  # warm page cache, then each blob dropped from it before its graft
         key = "cold" if cold else "warm"
         out[key] = {
             "small": snapshot_row(small, small_service, args.samples, seed=777, entry_ids=long_ids, cold=cold),
-            "wide_same_documents": snapshot_row(wide, service, args.samples, seed=777, entry_ids=[e.id for e in first], cold=cold),
+            "wide_same_documents": snapshot_row(
+                wide, service, args.samples, seed=777, entry_ids=[e.id for e in first], cold=cold
+            ),
             "wide_random": snapshot_row(wide, service, args.samples, seed=778, cold=cold),
         }
     (home / "baseline.json").write_text(json.dumps(out, indent=1))
@@ -187,32 +226,49 @@ def summary(home: Path) -> None:
     deposits = [r for r in rows if r["event"] == "deposit"]
     measures = [r for r in rows if r["event"] == "measure"]
     base = json.loads((home / "baseline.json").read_text()) if (home / "baseline.json").exists() else None
-    print("| entries | tokens | blob disk | bytes/token on disk | uncompacted bytes/token | lookup + graft (median) | graft per 1K tokens | exact |")
+    print(
+        "| entries | tokens | blob disk | bytes/token on disk | uncompacted bytes/token | lookup + graft (median) "
+        "| graft per 1K tokens | exact |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for m in measures:
         lat = m["latency"]
-        print(f"| {m['entries']:,} | {m['blob_tokens']:,} | {m['blob_bytes'] / 1e9:.2f} GB | {m['bytes_per_token']:,.0f} | "
-              f"{m['canonical_bytes_per_token']:,.0f} | {lat['lookup_graft_ms']:.1f} ms | {lat['graft_ms_per_1k_tokens']:.2f} ms | "
-              f"{'yes' if lat['all_exact'] else 'NO'} |")
+        print(
+            f"| {m['entries']:,} | {m['blob_tokens']:,} | {m['blob_bytes'] / 1e9:.2f} GB | "
+            f"{m['bytes_per_token']:,.0f} | "
+            f"{m['canonical_bytes_per_token']:,.0f} | {lat['lookup_graft_ms']:.1f} ms | "
+            f"{lat['graft_ms_per_1k_tokens']:.2f} ms | "
+            f"{'yes' if lat['all_exact'] else 'NO'} |"
+        )
     if base:
-        print("\nThe 100-entry library (10 of the same documents + 90 short notes) against the wide one, "
-              "lookup + graft, median of 20:")
+        print(
+            "\nThe 100-entry library (10 of the same documents + 90 short notes) against the wide one, "
+            "lookup + graft, median of 20:"
+        )
         for key, label in (("warm", "page cache warm"), ("cold", "each blob dropped from the page cache first")):
             s, w, r = (base[key][k]["latency"] for k in ("small", "wide_same_documents", "wide_random"))
-            print(f"  {label}: small {s['lookup_graft_ms']:.1f} ms; wide, same 10 documents {w['lookup_graft_ms']:.1f} ms "
-                  f"({w['lookup_graft_ms'] / s['lookup_graft_ms']:.2f}x); wide, random documents {r['lookup_graft_ms']:.1f} ms, "
-                  f"{r['graft_ms_per_1k_tokens'] / s['graft_ms_per_1k_tokens']:.2f}x per 1K tokens; all exact: "
-                  f"{'yes' if s['all_exact'] and w['all_exact'] and r['all_exact'] else 'NO'}")
+            print(
+                f"  {label}: small {s['lookup_graft_ms']:.1f} ms; wide, same 10 documents "
+                f"{w['lookup_graft_ms']:.1f} ms "
+                f"({w['lookup_graft_ms'] / s['lookup_graft_ms']:.2f}x); wide, random documents "
+                f"{r['lookup_graft_ms']:.1f} ms, "
+                f"{r['graft_ms_per_1k_tokens'] / s['graft_ms_per_1k_tokens']:.2f}x per 1K tokens; all exact: "
+                f"{'yes' if s['all_exact'] and w['all_exact'] and r['all_exact'] else 'NO'}"
+            )
     if deposits and measures:
         m = measures[-1]
         tok = sum(d["tokens"] for d in deposits)
         pre = sum(d["prefill_s"] for d in deposits)
-        print(f"\nMeasured: {len(deposits)} documents deposited in this log, {tok:,} tokens, prefill {pre / 60:.1f} min "
-              f"({pre / tok * 1e3:.2f} ms/token).")
-        print(f"EXTRAPOLATED (not measured) to 100 x 32,768 = {TARGET_100X:,} tokens from the measured per-token costs: "
-              f"blob disk {m['bytes_per_token'] * TARGET_100X / 1e9:.1f} GB compacted vs "
-              f"{m['canonical_bytes_per_token'] * TARGET_100X / 1e9:.1f} GB uncompacted; "
-              f"prefill {pre / tok * TARGET_100X / 3600:.1f} h on this machine.")
+        print(
+            f"\nMeasured: {len(deposits)} documents deposited in this log, {tok:,} tokens, prefill {pre / 60:.1f} min "
+            f"({pre / tok * 1e3:.2f} ms/token)."
+        )
+        print(
+            f"EXTRAPOLATED (not measured) to 100 x 32,768 = {TARGET_100X:,} tokens from the measured per-token costs: "
+            f"blob disk {m['bytes_per_token'] * TARGET_100X / 1e9:.1f} GB compacted vs "
+            f"{m['canonical_bytes_per_token'] * TARGET_100X / 1e9:.1f} GB uncompacted; "
+            f"prefill {pre / tok * TARGET_100X / 3600:.1f} h on this machine."
+        )
 
 
 def main() -> None:

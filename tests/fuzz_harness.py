@@ -18,13 +18,13 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.library_service import LibraryService
-from app.packs import import_pack
-from engine.errors import SnapshotError
-from engine.state import parse_state
-from library.errors import LibraryError
-from library.index import Library
-from library.pack import PackReader
+from kvgraft.app.library_service import LibraryService
+from kvgraft.app.packs import import_pack
+from kvgraft.engine.errors import SnapshotError
+from kvgraft.engine.state import parse_state
+from kvgraft.library.errors import LibraryError
+from kvgraft.library.index import Library
+from kvgraft.library.pack import PackReader
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,9 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
     """One random structural or byte-level mutation, biased towards headers and directories."""
     b = bytearray(data)
     n = len(b)
-    kind = rng.choice(["flip", "flip", "flip-head", "flip-tail", "truncate", "insert", "delete", "splice", "int32", "zero-run"])
+    kind = rng.choice(
+        ["flip", "flip", "flip-head", "flip-tail", "truncate", "insert", "delete", "splice", "int32", "zero-run"]
+    )
 
     def pos(region: str = "any") -> int:
         if n == 0:
@@ -48,7 +50,7 @@ def mutate(data: bytes, rng: random.Random) -> bytes:
         for _ in range(rng.randint(1, 4)):
             b[pos(kind[5:] or "any")] ^= 1 << rng.randrange(8)
     elif kind == "truncate":
-        del b[pos():]
+        del b[pos() :]
     elif kind == "insert":
         p = pos()
         b[p:p] = os.urandom(rng.choice([1, 4, 8, 100]))
@@ -162,7 +164,12 @@ class GraftServer:
     def __init__(self, model_path: Path, n_ctx: int = 256) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, str(REPO / "tests" / "graft_server.py"), str(model_path), str(n_ctx)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=REPO,
+        )
         assert self.proc.stdout.readline().strip() == "ready"
 
     def graft(self, path: Path, n_tokens: int) -> dict | None:
@@ -183,8 +190,17 @@ class GraftServer:
         return self.proc.wait(timeout=60)
 
 
-def fuzz_snapshots(engine, model_path: Path, snapshot: bytes, n_tokens: int, work: Path, cases: int, seed: int,
-                   stats: FuzzStats, n_ctx: int = 256) -> None:
+def fuzz_snapshots(
+    engine,
+    model_path: Path,
+    snapshot: bytes,
+    n_tokens: int,
+    work: Path,
+    cases: int,
+    seed: int,
+    stats: FuzzStats,
+    n_ctx: int = 256,
+) -> None:
     """Mutated snapshots: the Python walk refuses them, or the worker grafts them without crashing."""
     rng = random.Random(seed)
     server = GraftServer(model_path, n_ctx)
@@ -210,7 +226,9 @@ def fuzz_snapshots(engine, model_path: Path, snapshot: bytes, n_tokens: int, wor
             elif verdict["ok"]:
                 stats.grafted += 1
             elif verdict["error_type"] != "SnapshotError":
-                stats.other_errors.append(f"snapshot case {i}: worker raised {verdict['error_type']}: {verdict['message']}")
+                stats.other_errors.append(
+                    f"snapshot case {i}: worker raised {verdict['error_type']}: {verdict['message']}"
+                )
     finally:
         if server.close() != 0:
             stats.crashes += 1

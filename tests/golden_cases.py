@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.textgen import prefix_tokens
-from engine.compare import logits_sha256
+from kvgraft.app.textgen import prefix_tokens
+from kvgraft.engine.compare import logits_sha256
 
 CASES = [
     {"name": "short-16", "tokens": 16, "seed": 1001},
@@ -31,8 +31,14 @@ def compute_case(engine, case: dict) -> dict:
         logits = s.logits()
     # snapshot_sha256 is the content address (canonical: dead window cells zeroed); raw_snapshot_sha256
     # is llama.cpp's bytes as written, the address blobs had before compaction
-    return {**case, "snapshot_sha256": snap.sha256, "raw_snapshot_sha256": raw.sha256, "snapshot_bytes": len(snap.data),
-            "elided_bytes": int(snap.elided[:, 1].sum()) if len(snap.elided) else 0, "logits_sha256": logits_sha256(logits)}
+    return {
+        **case,
+        "snapshot_sha256": snap.sha256,
+        "raw_snapshot_sha256": raw.sha256,
+        "snapshot_bytes": len(snap.data),
+        "elided_bytes": int(snap.elided[:, 1].sum()) if len(snap.elided) else 0,
+        "logits_sha256": logits_sha256(logits),
+    }
 
 
 HASH_KEYS = ("snapshot_sha256", "raw_snapshot_sha256", "snapshot_bytes", "elided_bytes", "logits_sha256")

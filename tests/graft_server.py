@@ -14,16 +14,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> int:
-    from app.model_store import model_sha256
-    from engine.config import EngineConfig
-    from engine.engine import Engine
-    from engine.errors import EngineError
+    from kvgraft.app.model_store import model_sha256
+    from kvgraft.engine.config import EngineConfig
+    from kvgraft.engine.engine import Engine
+    from kvgraft.engine.errors import EngineError
 
     model_path, n_ctx = Path(sys.argv[1]), int(sys.argv[2])
-    from app.runtime import probe_cache
+    from kvgraft.app.runtime import probe_cache
 
-    engine = Engine.load(EngineConfig(model_path=model_path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx), model_sha256(model_path),
-                         probe_cache())
+    engine = Engine.load(
+        EngineConfig(model_path=model_path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx),
+        model_sha256(model_path),
+        probe_cache(),
+    )
     _ = engine.layout  # probe once before taking cases
     print("ready", flush=True)
     with engine.session() as s:

@@ -13,13 +13,12 @@ from pathlib import Path
 
 def main() -> int:
     model_path, cases_file = sys.argv[1], Path(sys.argv[2])
-    from app.model_store import model_sha256
-    from engine.config import EngineConfig
-    from engine.engine import Engine
-    from engine.errors import EngineError
-    from engine.session import Snapshot
-
-    from app.runtime import probe_cache
+    from kvgraft.app.model_store import model_sha256
+    from kvgraft.app.runtime import probe_cache
+    from kvgraft.engine.config import EngineConfig
+    from kvgraft.engine.engine import Engine
+    from kvgraft.engine.errors import EngineError
+    from kvgraft.engine.session import Snapshot
 
     engine = Engine.load(EngineConfig(model_path=Path(model_path)), model_sha256(Path(model_path)), probe_cache())
     results = []
@@ -33,7 +32,9 @@ def main() -> int:
                     s.graft_bytes(data, case["tokens"])
                 results.append({"name": case["name"], "ok": True})
             except EngineError as exc:
-                results.append({"name": case["name"], "ok": False, "error_type": type(exc).__name__, "message": str(exc)})
+                results.append(
+                    {"name": case["name"], "ok": False, "error_type": type(exc).__name__, "message": str(exc)}
+                )
     print(json.dumps(results))
     return 0
 

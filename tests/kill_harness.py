@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-from library.index import Library
-from library.maintenance import fsck
+from kvgraft.library.index import Library
+from kvgraft.library.maintenance import fsck
 
 WORKER = str(Path(__file__).resolve().parent / "library_worker.py")
 BLOB_BYTES = 3_000_000
@@ -19,8 +19,12 @@ START_UP_S = 0.4  # about the interpreter start, imports and library open before
 
 def run_and_kill(home: Path, mode: str, seed: int, delay: float, after_ready: bool = True) -> list[str]:
     """Start a worker; `delay` seconds after it has opened the library (or after spawn), SIGKILL it."""
-    p = subprocess.Popen([sys.executable, WORKER, str(home), mode, "1000", str(seed), str(BLOB_BYTES)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, WORKER, str(home), mode, "1000", str(seed), str(BLOB_BYTES)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = []
     if after_ready:
         line = p.stdout.readline()
@@ -54,7 +58,9 @@ def kill_trials(home: Path, trials: int, seed: int = 7, log=lambda msg: None) ->
         # most kills land among the operations (after "ready"); every 10th during start-up and migrations
         during_start = trial % 10 == 9
         delay = rng.uniform(0, START_UP_S) if during_start else rng.uniform(0, 6 * op)
-        for line in run_and_kill(home, "mixed" if trial % 2 else "deposit", 1000 + trial, delay, after_ready=not during_start):
+        for line in run_and_kill(
+            home, "mixed" if trial % 2 else "deposit", 1000 + trial, delay, after_ready=not during_start
+        ):
             parts = line.split()
             if parts and parts[0] == "committed":
                 committed[int(parts[1])] = parts[2]
@@ -104,7 +110,9 @@ def import_kill_trials(home: Path, trials: int, seed: int = 11, log=lambda msg: 
                 have = lib.db.execute("SELECT count(*) FROM entries WHERE pack_id = ?", [pid]).fetchone()[0]
                 if have != n:
                     partial += 1
-            orphans = lib.db.execute("SELECT count(*) FROM entries WHERE pack_id IS NOT NULL AND pack_id NOT IN (SELECT id FROM packs)").fetchone()[0]
+            orphans = lib.db.execute(
+                "SELECT count(*) FROM entries WHERE pack_id IS NOT NULL AND pack_id NOT IN (SELECT id FROM packs)"
+            ).fetchone()[0]
             partial += orphans
             lost += sum(1 for sha in committed if sha not in packs)
         if partial or lost:

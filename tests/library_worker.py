@@ -18,18 +18,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from library.index import Library  # noqa: E402
-from library.maintenance import gc  # noqa: E402
+from kvgraft.library.index import Library  # noqa: E402
+from kvgraft.library.maintenance import gc  # noqa: E402
 
 FINGERPRINT = "f" * 64
 
 
 def _import_synthetic_pack(lib: Library, home: Path, rng: random.Random, seed: int, i: int, blob_bytes: int):
     """Write a 5-entry pack of random blobs and commit it (the library half of an import)."""
-    from library.importer import commit_pack
-    from library.pack import PackReader, pack_sha256, write_pack
-    from library.records import ModelRecord
-    from library.tokens import tokens_sha256
+    from kvgraft.library.importer import commit_pack
+    from kvgraft.library.pack import PackReader, pack_sha256, write_pack
+    from kvgraft.library.records import ModelRecord
+    from kvgraft.library.tokens import tokens_sha256
 
     entries, blobs, toks = [], {}, []
     for k in range(5):
@@ -37,16 +37,34 @@ def _import_synthetic_pack(lib: Library, home: Path, rng: random.Random, seed: i
         blob = rng.randbytes(blob_bytes)
         import hashlib
 
-        from library import container
+        from kvgraft.library import container
 
         sha = hashlib.sha256(blob).hexdigest()
         blobs[sha] = container.make(len(blob), []).header + blob  # a compact container eliding nothing
         toks.append(t)
-        entries.append({"blob_sha256": sha, "blob_size": len(blob), "blob_stored_size": len(blobs[sha]), "kind": "document", "title": None,
-                        "question": f"pack {seed}-{i} item {k}", "text": f"pack {seed}-{i} item {k}", "answer": None,
-                        "n_tokens": len(t), "tokens_sha256": tokens_sha256(t), "checker": None, "receipt": None})
-    manifest = {"format_version": 2, "kvgraft_version": "test", "model": {"sha256": "a" * 64, "name": "m", "architecture": "x"},
-                "fingerprint": FINGERPRINT, "entries": entries}
+        entries.append(
+            {
+                "blob_sha256": sha,
+                "blob_size": len(blob),
+                "blob_stored_size": len(blobs[sha]),
+                "kind": "document",
+                "title": None,
+                "question": f"pack {seed}-{i} item {k}",
+                "text": f"pack {seed}-{i} item {k}",
+                "answer": None,
+                "n_tokens": len(t),
+                "tokens_sha256": tokens_sha256(t),
+                "checker": None,
+                "receipt": None,
+            }
+        )
+    manifest = {
+        "format_version": 2,
+        "kvgraft_version": "test",
+        "model": {"sha256": "a" * 64, "name": "m", "architecture": "x"},
+        "fingerprint": FINGERPRINT,
+        "entries": entries,
+    }
     path = home.parent / f"worker-{seed}-{i}.kvpack"
     write_pack(path, manifest, [(sha, lambda b=b: b) for sha, b in blobs.items()])
     sha = pack_sha256(path)
@@ -67,8 +85,14 @@ def main() -> int:
             t0 = time.perf_counter()
             tokens = [rng.randrange(262144) for _ in range(rng.randint(8, 300))]
             blob = rng.randbytes(blob_bytes)
-            entry, _ = lib.add_entry(kind="document", text=f"worker {seed} item {i}", tokens=tokens, blob=blob,
-                                     fingerprint=FINGERPRINT, question=f"question {seed}-{i}")
+            entry, _ = lib.add_entry(
+                kind="document",
+                text=f"worker {seed} item {i}",
+                tokens=tokens,
+                blob=blob,
+                fingerprint=FINGERPRINT,
+                question=f"question {seed}-{i}",
+            )
             print(f"committed {entry.id} {entry.blob_sha256} {time.perf_counter() - t0:.4f}", flush=True)
             if mode == "mixed" and i % 5 == 4:
                 # announced before it commits: a kill right after the commit must not look like a lost entry

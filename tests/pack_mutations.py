@@ -32,10 +32,17 @@ def write_zip(path: Path, members: list[tuple[str, bytes, int]], symlink: set[st
     return path
 
 
-def rebuild(src: Path, dst: Path, edit_manifest: Callable[[dict], None] | None = None,
-            extra: list[tuple[str, bytes, int]] = (), blob_ctype: int = zipfile.ZIP_STORED,
-            rename: Callable[[str], str] | None = None, symlink: set[str] = frozenset(),
-            replace_blob: Callable[[str, bytes], bytes] | None = None, drop: set[str] = frozenset()) -> Path:
+def rebuild(
+    src: Path,
+    dst: Path,
+    edit_manifest: Callable[[dict], None] | None = None,
+    extra: list[tuple[str, bytes, int]] = (),
+    blob_ctype: int = zipfile.ZIP_STORED,
+    rename: Callable[[str], str] | None = None,
+    symlink: set[str] = frozenset(),
+    replace_blob: Callable[[str, bytes], bytes] | None = None,
+    drop: set[str] = frozenset(),
+) -> Path:
     manifest, blobs = read_members(src)
     if edit_manifest:
         edit_manifest(manifest)

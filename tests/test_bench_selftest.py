@@ -12,10 +12,11 @@ import itertools
 import pytest
 from click.testing import CliRunner
 
-from app import bench, selftest
-from app.cli import cli, common
-from engine.compaction import dead_cells
-from library.index import Library
+from kvgraft.app import bench, selftest
+from kvgraft.app.cli import common
+from kvgraft.engine.compaction import dead_cells
+from kvgraft.entry import cli
+from kvgraft.library.index import Library
 
 
 def _quiet(_msg: str) -> None:
@@ -27,6 +28,7 @@ def _rows(results: list[dict]) -> dict[str, dict]:
 
 
 # -- 1. fresh's "exact" is a comparison of fresh runs; every "exact" is a comparison or None ---------
+
 
 def test_fresh_exact_compares_two_fresh_runs(engine, tmp_path):
     with Library(tmp_path / "lib") as lib, Library(tmp_path / "plain") as plain:
@@ -72,6 +74,7 @@ def test_markdown_says_what_fresh_exact_means(engine, tmp_path):
 
 # -- 2. the KV-type table: state bytes and stored (compacted) bytes, each named ----------------------
 
+
 def test_kv_types_reports_stored_and_state_bytes(engine):
     n = 600  # past the 512-token window: 88 dead cells in the window layers are elided
     (row,) = bench.kv_types(engine, _quiet, n=n, kinds=(("f16", "f16", False),))
@@ -84,7 +87,11 @@ def test_kv_types_reports_stored_and_state_bytes(engine):
     assert elided > 0 and row["elided_bytes"] == elided
     # stored = container header (fixed part + 16 bytes per elided range) + the live bytes. A window layer
     # elides at most one K range and one V range per element row (V transposed without flash attention).
-    max_ranges = sum(1 + (v[2] if engine.layout.caches[c].v_trans else 1) for c in w.swa_caches for v in engine.layout.caches[c].v_rows)
+    max_ranges = sum(
+        1 + (v[2] if engine.layout.caches[c].v_trans else 1)
+        for c in w.swa_caches
+        for v in engine.layout.caches[c].v_rows
+    )
     header = row["stored_bytes"] - (row["state_bytes"] - elided)
     assert 0 < header <= 64 + 16 * max_ranges
     assert row["stored_bytes_per_token"] == row["stored_bytes"] / n < row["state_bytes_per_token"]
@@ -93,6 +100,7 @@ def test_kv_types_reports_stored_and_state_bytes(engine):
 
 
 # -- 3. the selftest counts "past the sliding window" only for a model with one ---------------------
+
 
 class _NoWindowModel:
     """The real model, reporting n_swa 0 (as a llama-architecture model does)."""

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from library.blobread import CHUNK
-from library.blobstore import BlobStore, chunk_digests
-from library.errors import BlobCorrupt, BlobUnreadable, LibraryError
-from library.index import Library
-from library.maintenance import fsck
+from kvgraft.library.blobread import CHUNK
+from kvgraft.library.blobstore import BlobStore, chunk_digests
+from kvgraft.library.errors import BlobCorrupt, BlobUnreadable, LibraryError
+from kvgraft.library.index import Library
+from kvgraft.library.maintenance import fsck
 
 FP = "a" * 64
 
@@ -117,11 +117,13 @@ def _inject(monkeypatch, store: BlobStore, sha: str, where: str) -> None:
 
         monkeypatch.setattr(os, "open", fake_open)
     elif where == "header":
+
         def fake_pread(fd, n, off):
             raise OSError(errno.EIO, os.strerror(errno.EIO))
 
         monkeypatch.setattr(os, "pread", fake_pread)
     else:
+
         def fake_preadv(fd, buffers, off, *rest):
             raise OSError(errno.EIO, os.strerror(errno.EIO))
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import app.cli.common as common
-from app.cli import cli
+import kvgraft.app.cli.common as common
+from kvgraft.entry import cli
 from scripts.gen_cli_docs import render
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,7 +52,7 @@ def test_selftest_json(shared_engine):
 
 
 def test_selftest_lengths_cover_the_window():
-    from app.selftest import sample_lengths
+    from kvgraft.app.selftest import sample_lengths
 
     lengths = sample_lengths(50, seed=0)
     assert len(lengths) == 50 and min(lengths) >= 1 and max(lengths) <= 3000
@@ -63,7 +63,14 @@ def test_selftest_lengths_cover_the_window():
 def test_doctor_json_subprocess(model_path, tmp_path):
     """The installed entry point, end to end, in its own process."""
     env = {**os.environ, "KVGRAFT_HOME": str(tmp_path / "home")}
-    proc = subprocess.run([sys.executable, "-m", "app.cli", "doctor", "--json"], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "kvgraft", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["model"]["sha256"] == "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"

@@ -15,24 +15,25 @@ import struct
 import numpy as np
 import pytest
 
-from app.compaction import compact_library
-from app.library_service import LibraryService, model_record, open_library
-from app.textgen import prefix_tokens
-from app.verify import compare_receipts, library_items, run_verify
-from engine.compaction import WindowSpec, canonicalize, dead_cells, dead_ranges, is_canonical
-from engine.compare import logits_sha256
-from engine.state import parse_state
-from library import container
-from library.blobstore import CHUNK, BlobStore, chunk_digests
-from library.errors import BlobCorrupt, LibraryError
-from library.maintenance import fsck
+from kvgraft.app.compaction import compact_library
+from kvgraft.app.library_service import LibraryService, model_record, open_library
+from kvgraft.app.textgen import prefix_tokens
+from kvgraft.app.verify import compare_receipts, library_items, run_verify
+from kvgraft.engine.compaction import WindowSpec, canonicalize, dead_cells, dead_ranges, is_canonical
+from kvgraft.engine.compare import logits_sha256
+from kvgraft.engine.state import parse_state
+from kvgraft.library import container
+from kvgraft.library.blobstore import CHUNK, BlobStore, chunk_digests
+from kvgraft.library.errors import BlobCorrupt, LibraryError
+from kvgraft.library.maintenance import fsck
 
 PROBE = " Question: which word came up most often above? Answer:"
 
 
 # -- pure: the byte ranges of dead cells, on synthetic states of a known layout ----------------
-def synthetic_state(n: int, caches: list[tuple[int, bool]], k_row: int = 8, v_el: int = 2, v_embd: int = 4,
-                    arch: bytes = b"toy") -> tuple[bytes, list]:
+def synthetic_state(
+    n: int, caches: list[tuple[int, bool]], k_row: int = 8, v_el: int = 2, v_embd: int = 4, arch: bytes = b"toy"
+) -> tuple[bytes, list]:
     """A whole-state in llama.cpp's layout with every K/V byte set to 1 + (cell % 250), and the
     list of (offset, cell) for each K/V byte, so a test can say which cell each byte belongs to."""
     out = bytearray(struct.pack("<I", len(arch)) + arch)
@@ -88,8 +89,12 @@ def test_exactly_the_dead_window_cells_are_zeroed(n, v_trans):
 def test_a_model_without_sliding_window_is_untouched():
     data, _ = synthetic_state(40, [(4, True)])
     parsed = parse_state(data)
-    for spec in (WindowSpec.for_model(0, "toy", 1), WindowSpec.for_model(8, "toy", 1),
-                 WindowSpec.for_model(8, "llama4", 2), WindowSpec.for_model(0, "gemma3", 2)):
+    for spec in (
+        WindowSpec.for_model(0, "toy", 1),
+        WindowSpec.for_model(8, "toy", 1),
+        WindowSpec.for_model(8, "llama4", 2),
+        WindowSpec.for_model(0, "gemma3", 2),
+    ):
         assert not spec.active
         buf = bytearray(data)
         assert len(canonicalize(buf, parsed, spec)) == 0 and buf == data
@@ -126,7 +131,9 @@ def test_container_round_trip_across_chunk_boundaries(tmp_path):
     small_ranges = [(100 + 300 * k, 200) for k in range(150)] + [(50000, 7), (50020, 7), (60000, 1)]
     small = _zeroed(70000, small_ranges, seed=1)
     s2 = store.put(small, elide=small_ranges)
-    assert bytes(store.read_chunked(s2.sha256, len(small), s2.chunks, into=bytearray(os.urandom(80000)))) == bytes(small)
+    assert bytes(store.read_chunked(s2.sha256, len(small), s2.chunks, into=bytearray(os.urandom(80000)))) == bytes(
+        small
+    )
 
 
 def test_container_refuses_eliding_bytes_that_are_not_zero(tmp_path):
@@ -163,7 +170,9 @@ def test_tampered_range_table_cannot_steer_the_zero_fill(tmp_path):
     stored = store.put(data, elide=ranges)
     path = store.path(stored.sha256)
     raw = bytearray(path.read_bytes())
-    raw[container.HEAD_SIZE : container.HEAD_SIZE + 16] = np.array([[500, 5000]], dtype="<u8").tobytes()  # same size, moved
+    raw[container.HEAD_SIZE : container.HEAD_SIZE + 16] = np.array(
+        [[500, 5000]], dtype="<u8"
+    ).tobytes()  # same size, moved
     path.write_bytes(raw)
     buf = bytearray(b"\xff" * stored.size)
     with pytest.raises(BlobCorrupt):
@@ -236,8 +245,15 @@ def check_compacted_graft(eng, n: int) -> None:
         want = logits_sha256(s.logits())
     with open_library() as lib:
         service = LibraryService(eng, lib)
-        e, _ = lib.add_entry(kind="document", text=f"prefix {n}", tokens=tokens, blob=snap.data, blob_sha256=snap.sha256,
-                             fingerprint=eng.fingerprint, elided=snap.elided)
+        e, _ = lib.add_entry(
+            kind="document",
+            text=f"prefix {n}",
+            tokens=tokens,
+            blob=snap.data,
+            blob_sha256=snap.sha256,
+            fingerprint=eng.fingerprint,
+            elided=snap.elided,
+        )
         parsed = parse_state(snap.data)
         d = dead_cells(n, eng.window.n_swa)
         assert d == n - 512 > 0
@@ -284,12 +300,21 @@ def _make_legacy(service, engine, text):
     with engine.session() as s:
         s.prefill(tokens)
         raw = s.snapshot(canonical=False)
-    entry, _ = lib.add_entry(kind="document", text=text, tokens=tokens, blob=raw.data, fingerprint=engine.fingerprint,
-                             model=model_record(engine), receipt=None)
+    entry, _ = lib.add_entry(
+        kind="document",
+        text=text,
+        tokens=tokens,
+        blob=raw.data,
+        fingerprint=engine.fingerprint,
+        model=model_record(engine),
+        receipt=None,
+    )
     lib.blobs.path(raw.sha256).write_bytes(raw.data)
     with lib.write():
-        lib.db.execute("UPDATE blobs SET stored_size = NULL, canonical = NULL, chunks = ? WHERE sha256 = ?",
-                       [chunk_digests(raw.data), raw.sha256])
+        lib.db.execute(
+            "UPDATE blobs SET stored_size = NULL, canonical = NULL, chunks = ? WHERE sha256 = ?",
+            [chunk_digests(raw.data), raw.sha256],
+        )
     return lib.get(entry.id), raw
 
 
@@ -317,7 +342,10 @@ def test_fsck_repair_compacts_old_blobs_and_keeps_receipts_true(service, engine,
         s.prefill(entry.tokens)
         assert s.snapshot().sha256 == moved.blob_sha256 != raw.sha256
     assert not lib.blobs.exists(raw.sha256)
-    assert lib.db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[0] == moved.blob_sha256
+    assert (
+        lib.db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[0]
+        == moved.blob_sha256
+    )
     report = fsck(lib)
     assert report["ok"] and report["uncompacted"] == 0, report["problems"]
     with engine.session() as g:
@@ -336,7 +364,7 @@ def test_fsck_repair_compacts_old_blobs_and_keeps_receipts_true(service, engine,
 def test_cli_fsck_repair_compacts_with_the_window_from_the_gguf(service, engine):
     from click.testing import CliRunner
 
-    from app.cli import cli
+    from kvgraft.entry import cli
 
     entry, raw = _make_legacy(service, engine, engine.model.detokenize(prefix_tokens(engine.model, 800, seed=8)[1:]))
     service.library.close()  # the CLI opens the library itself
@@ -357,8 +385,8 @@ def test_cli_fsck_repair_compacts_with_the_window_from_the_gguf(service, engine)
 def test_short_old_blob_keeps_its_address_and_exports(service, engine, tmp_path):
     """Under the window there is nothing to zero: the address stays, the plain file is kept as it
     is (never replaced under a reader), and export wraps it as a format 2 member."""
-    from app.packs import export_pack
-    from library.pack import PackReader
+    from kvgraft.app.packs import export_pack
+    from kvgraft.library.pack import PackReader
 
     entry, raw = _make_legacy(service, engine, "A short note about eleven green doors, " * 20)
     assert entry.n_tokens < 512
@@ -382,8 +410,8 @@ def test_compaction_skips_blobs_whose_model_is_not_here(service, engine):
 
 def test_format_1_pack_imports_compacted(service, engine, probe, tmp_path):
     """A pack written before compaction (format 1: llama.cpp's bytes, named by their SHA-256)."""
-    from app.packs import export_pack, import_pack
-    from library.pack import PackError, PackReader, write_pack
+    from kvgraft.app.packs import export_pack, import_pack
+    from kvgraft.library.pack import PackError, PackReader, write_pack
 
     text = engine.model.detokenize(prefix_tokens(engine.model, 1100, seed=11)[1:])
     tokens = engine.model.tokenize(text)
@@ -392,11 +420,22 @@ def test_format_1_pack_imports_compacted(service, engine, probe, tmp_path):
         raw = s.snapshot(canonical=False)
         s.prefill(probe)
         fresh = logits_sha256(s.logits())
-    manifest = {"format_version": 1, "kvgraft_version": "0.1.0",
-                "model": {"sha256": engine.model.info.sha256, "name": "m", "architecture": "gemma3"},
-                "fingerprint": engine.fingerprint,
-                "entries": [{"blob_sha256": raw.sha256, "blob_size": len(raw.data), "kind": "document", "text": text,
-                             "n_tokens": len(tokens), "tokens_sha256": tokens_sha(tokens)}]}
+    manifest = {
+        "format_version": 1,
+        "kvgraft_version": "0.1.0",
+        "model": {"sha256": engine.model.info.sha256, "name": "m", "architecture": "gemma3"},
+        "fingerprint": engine.fingerprint,
+        "entries": [
+            {
+                "blob_sha256": raw.sha256,
+                "blob_size": len(raw.data),
+                "kind": "document",
+                "text": text,
+                "n_tokens": len(tokens),
+                "tokens_sha256": tokens_sha(tokens),
+            }
+        ],
+    }
     # the same bytes dressed as format 2 are refused: a format 2 blob must already be canonical
     fake = tmp_path / "fake.kvpack"
     stored = container.make(len(raw.data), []).header + bytes(raw.data)
@@ -414,7 +453,12 @@ def test_format_1_pack_imports_compacted(service, engine, probe, tmp_path):
     [e] = service.library.entries()
     assert e.proof == "replayed" and res["replayed"] == 1  # an old pack's state is proven by a replay here
     assert e.blob_sha256 != raw.sha256 and service.library.blobs.size(e.blob_sha256) < 0.7 * len(raw.data)
-    assert service.library.db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[0] == e.blob_sha256
+    assert (
+        service.library.db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[
+            0
+        ]
+        == e.blob_sha256
+    )
     with engine.session() as g:
         service.graft(g, e)
         g.prefill(probe)

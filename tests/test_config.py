@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import EngineConfig
-from engine.errors import ConfigError
+from kvgraft.engine.config import EngineConfig
+from kvgraft.engine.errors import ConfigError
 
 
 def cfg(**kw):
@@ -14,7 +14,14 @@ def cfg(**kw):
 
 def test_defaults():
     c = cfg()
-    assert (c.n_ctx, c.flash_attn, c.type_k, c.type_v, c.swa_full, c.n_gpu_layers) == (8192, False, "f16", "f16", True, 0)
+    assert (c.n_ctx, c.flash_attn, c.type_k, c.type_v, c.swa_full, c.n_gpu_layers) == (
+        8192,
+        False,
+        "f16",
+        "f16",
+        True,
+        0,
+    )
     assert c.n_threads >= 1
 
 

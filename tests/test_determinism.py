@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.textgen import prefix_tokens
-from engine.compare import compare_logits
+from kvgraft.app.textgen import prefix_tokens
+from kvgraft.engine.compare import compare_logits
 
 N = 700  # past the sliding window
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.textgen import prefix_tokens
-from engine.compare import compare_logits
-from engine.exactness import graft_vs_fresh
+from kvgraft.app.textgen import prefix_tokens
+from kvgraft.engine.compare import compare_logits
+from kvgraft.engine.exactness import graft_vs_fresh
 
 LENGTHS = [1, 64, 511, 512, 513, 1000, 2048, 3000]
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from app.library_service import LibraryService, open_library
-from app.packs import export_pack, import_pack
-from app.textgen import synthetic_text
-from library.errors import BlobCorrupt, StorageFull
-from library.index import Library
-from library.maintenance import fsck
+from kvgraft.app.library_service import LibraryService, open_library
+from kvgraft.app.packs import export_pack, import_pack
+from kvgraft.app.textgen import synthetic_text
+from kvgraft.library.errors import BlobCorrupt, StorageFull
+from kvgraft.library.index import Library
+from kvgraft.library.maintenance import fsck
 from tests.kill_harness import import_kill_trials
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,7 +24,7 @@ WORKER = str(REPO / "tests" / "library_worker.py")
 
 def test_thousand_random_flips_never_reach_llama(engine, monkeypatch):
     """Flip one random byte of a stored blob, 1,000 times: each is caught before any byte reaches C."""
-    import engine.session as session_mod
+    import kvgraft.engine.session as session_mod
 
     with open_library() as lib:
         service = LibraryService(engine, lib)
@@ -52,8 +52,12 @@ def test_thousand_random_flips_never_reach_llama(engine, monkeypatch):
 
 def _tmpfs(path: Path, size: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 @pytest.fixture
@@ -111,8 +115,18 @@ def test_importer_and_depositor_at_once(tmp_path):
     """The GUI importing while the CLI deposits: both finish, no lock errors, nothing lost."""
     home = tmp_path / "lib"
     Library(home).close()
-    imp = subprocess.Popen([sys.executable, WORKER, str(home), "import", "40", "21", "4096"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    dep = subprocess.Popen([sys.executable, WORKER, str(home), "deposit", "150", "22", "4096"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    imp = subprocess.Popen(
+        [sys.executable, WORKER, str(home), "import", "40", "21", "4096"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    dep = subprocess.Popen(
+        [sys.executable, WORKER, str(home), "deposit", "150", "22", "4096"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     (iout, ierr), (dout, derr) = imp.communicate(timeout=300), dep.communicate(timeout=300)
     assert imp.returncode == 0, ierr
     assert dep.returncode == 0, derr

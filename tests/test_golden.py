@@ -32,7 +32,9 @@ def same_bits(engine, golden):
         there = {c["tokens"]: (c["snapshot_sha256"][:16], c["logits_sha256"][:16]) for c in golden["probe"]["cases"]}
         env, made = engine.environment, golden["probe_made_on"]
         diff = {k: (made.get(k), env.get(k)) for k in sorted(set(env) | set(made)) if env.get(k) != made.get(k)}
-        pytest.skip(f"the probe differs: committed {there}, here {here} (other bits); descriptive fields that differ: {diff}")
+        pytest.skip(
+            f"the probe differs: committed {there}, here {here} (other bits); descriptive fields that differ: {diff}"
+        )
     return True
 
 

@@ -7,13 +7,13 @@ import json
 import pytest
 from click.testing import CliRunner
 
-import app.cli.common as common
-from app.cli import cli
-from app.library_service import LibraryService, open_library
-from app.textgen import synthetic_text
-from engine.compare import compare_logits
-from engine.errors import FingerprintMismatch
-from library.errors import BlobCorrupt
+import kvgraft.app.cli.common as common
+from kvgraft.app.library_service import LibraryService, open_library
+from kvgraft.app.textgen import synthetic_text
+from kvgraft.engine.compare import compare_logits
+from kvgraft.engine.errors import FingerprintMismatch
+from kvgraft.entry import cli
+from kvgraft.library.errors import BlobCorrupt
 
 DOC = synthetic_text(700, seed=77)  # ~900 tokens: past the sliding window
 
@@ -76,7 +76,10 @@ def test_foreign_fingerprint_entry_refused(service, engine_fa):
 def test_cli_library_contracts(engine, monkeypatch, tmp_path):
     monkeypatch.setattr(common, "open_engine", lambda settings, on_progress=None: engine)
     run = CliRunner().invoke
-    r = run(cli, ["deposit", "--text", DOC, "--question", "What does the river carry?", "--answer", "silver stones", "--json"])
+    r = run(
+        cli,
+        ["deposit", "--text", DOC, "--question", "What does the river carry?", "--answer", "silver stones", "--json"],
+    )
     assert r.exit_code == 0, r.output
     dep = json.loads(r.stdout)
     assert isinstance(dep["id"], int) and len(dep["blob_sha256"]) == 64
@@ -89,8 +92,11 @@ def test_cli_library_contracts(engine, monkeypatch, tmp_path):
 
     listed = json.loads(run(cli, ["list", "--json"]).stdout)
     # the solution, its answer-ready state (text + question), the document
-    assert [(e["id"], e["kind"]) for e in listed] == [(dep["id"], "solution"), (dep["id"] + 1, "answer"),
-                                                      (dep["id"] + 2, "document")]
+    assert [(e["id"], e["kind"]) for e in listed] == [
+        (dep["id"], "solution"),
+        (dep["id"] + 1, "answer"),
+        (dep["id"] + 2, "document"),
+    ]
     for e in listed:
         assert {"id", "kind", "question", "tokens", "blob_sha256"} <= set(e)
     stats = json.loads(run(cli, ["stats", "--json"]).stdout)
@@ -103,7 +109,9 @@ def test_cli_library_contracts(engine, monkeypatch, tmp_path):
     fsck = json.loads(run(cli, ["fsck", "--json"]).stdout)
     assert fsck["ok"] is True and fsck["problems"] == [] and fsck["reclaimable"] == []
     assert [e["id"] for e in json.loads(run(cli, ["search", "lighthouses", "--json"]).stdout)] == [dep["id"] + 2]
-    assert [e["id"] for e in json.loads(run(cli, ["search", "river", "--json"]).stdout)] == [dep["id"]]  # not the answer state
+    assert [e["id"] for e in json.loads(run(cli, ["search", "river", "--json"]).stdout)] == [
+        dep["id"]
+    ]  # not the answer state
     shown = run(cli, ["show", str(dep["id"])])
     assert "silver stones" in shown.stdout and dep["blob_sha256"] in shown.stdout
 

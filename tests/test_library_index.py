@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from library.errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
-from library.index import Library
-from library.normalize import question_key
-from library.tokens import PREFIX_BLOCK
+from kvgraft.library.errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
+from kvgraft.library.index import Library
+from kvgraft.library.normalize import question_key
+from kvgraft.library.tokens import PREFIX_BLOCK
 
 FP = "a" * 64
 OTHER_FP = "b" * 64
@@ -30,16 +30,26 @@ def add(lib, tokens, fp=FP, **kw):
 
 def test_add_get_and_dedupe(lib):
     blob = os.urandom(1000)
-    e, created = lib.add_entry(kind="solution", text="t", tokens=[1, 2, 3], blob=blob, fingerprint=FP,
-                               question="Q?", answer="42", vouched_by="you")
+    e, created = lib.add_entry(
+        kind="solution",
+        text="t",
+        tokens=[1, 2, 3],
+        blob=blob,
+        fingerprint=FP,
+        question="Q?",
+        answer="42",
+        vouched_by="you",
+    )
     assert created and e.id == 1 and e.n_tokens == 3 and e.answer == "42" and e.verified_at
     assert e.verified and e.vouched_by == "you" and e.proof == "local"
-    again, created2 = lib.add_entry(kind="solution", text="t", tokens=[1, 2, 3], blob=blob, fingerprint=FP,
-                                    question="Q?", answer="42")
+    again, created2 = lib.add_entry(
+        kind="solution", text="t", tokens=[1, 2, 3], blob=blob, fingerprint=FP, question="Q?", answer="42"
+    )
     assert not created2 and again.id == e.id
     # same blob under a different question: a second entry, still one blob
-    other, created3 = lib.add_entry(kind="solution", text="t", tokens=[1, 2, 3], blob=blob, fingerprint=FP,
-                                    question="Another?", answer="42")
+    other, created3 = lib.add_entry(
+        kind="solution", text="t", tokens=[1, 2, 3], blob=blob, fingerprint=FP, question="Another?", answer="42"
+    )
     assert created3 and other.blob_sha256 == e.blob_sha256
     assert not other.verified and other.verified_at is None  # an answer nobody vouched for is stated, not verified
     assert lib.stats()["blobs"] == 1 and len(list(lib.blobs.iter_blobs())) == 1
@@ -58,7 +68,15 @@ def test_bad_input_refused(lib):
     assert lib.count() == 0 and list(lib.blobs.iter_blobs()) == []
 
 
-@pytest.mark.parametrize("variant", ["What is the capital of Vorn?", "  what IS the capital   of vorn ", "WHAT IS THE CAPITAL OF VORN??", "What is the capital of Vorn\u00a0?"])
+@pytest.mark.parametrize(
+    "variant",
+    [
+        "What is the capital of Vorn?",
+        "  what IS the capital   of vorn ",
+        "WHAT IS THE CAPITAL OF VORN??",
+        "What is the capital of Vorn\u00a0?",
+    ],
+)
 def test_exact_question_normalized(lib, variant):
     e = add(lib, [5, 6, 7], kind="solution", question="What is the capital of Vorn?", answer="Quell")
     add(lib, [8, 9], kind="solution", question="What is the capital of Ash?", answer="Ember")
@@ -154,7 +172,7 @@ def test_stats_contract(lib):
 
 
 def test_remove_keeps_blob_until_gc(lib):
-    from library.maintenance import gc
+    from kvgraft.library.maintenance import gc
 
     e = add(lib, [1, 2])
     lib.remove(e.id)

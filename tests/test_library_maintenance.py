@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from library.index import Library
-from library.maintenance import fsck, gc
+from kvgraft.library.index import Library
+from kvgraft.library.maintenance import fsck, gc
 
 FP = "a" * 64
 REPO = Path(__file__).resolve().parent.parent
@@ -23,7 +23,9 @@ def lib(tmp_path):
 
 
 def add(lib, n, blob=None):
-    return lib.add_entry(kind="document", text=f"doc {n}", tokens=list(range(1, n + 1)), blob=blob or os.urandom(512), fingerprint=FP)[0]
+    return lib.add_entry(
+        kind="document", text=f"doc {n}", tokens=list(range(1, n + 1)), blob=blob or os.urandom(512), fingerprint=FP
+    )[0]
 
 
 def kinds(items):
@@ -66,8 +68,10 @@ def test_leftovers_are_reclaimable_not_problems(lib):
     orphan_sha = lib.blobs.put(os.urandom(100)).sha256
     tmp = lib.blobs.root / orphan_sha[:2] / f".tmp-{'c' * 64}-999999999-abcd"
     tmp.write_bytes(b"partial")
-    lib.db.execute("INSERT INTO pending_blobs (sha256, pid, host, created_at) VALUES (?, ?, ?, ?)",
-                   ["d" * 64, 999999999, os.uname().nodename, "2020-01-01T00:00:00+00:00"])
+    lib.db.execute(
+        "INSERT INTO pending_blobs (sha256, pid, host, created_at) VALUES (?, ?, ?, ?)",
+        ["d" * 64, 999999999, os.uname().nodename, "2020-01-01T00:00:00+00:00"],
+    )
     lib.db.conn.commit()
     r = fsck(lib)
     assert r["ok"] and r["problems"] == []
@@ -92,8 +96,10 @@ def test_dangling_index_rows(lib):
 
 def test_gc_keeps_live_pending_blob(lib):
     sha = lib.blobs.put(os.urandom(100)).sha256
-    lib.db.execute("INSERT INTO pending_blobs (sha256, pid, host, created_at) VALUES (?, ?, ?, datetime('now'))",
-                   [sha, os.getpid(), os.uname().nodename])
+    lib.db.execute(
+        "INSERT INTO pending_blobs (sha256, pid, host, created_at) VALUES (?, ?, ?, datetime('now'))",
+        [sha, os.getpid(), os.uname().nodename],
+    )
     lib.db.conn.commit()
     assert gc(lib, grace_s=0)["removed_blobs"] == 0 and lib.blobs.exists(sha)
     lib.db.execute("DELETE FROM pending_blobs")
@@ -105,10 +111,18 @@ def test_gc_against_concurrent_deposits(tmp_path):
     """A depositing process and a gc loop at once: no committed entry ever loses its blob."""
     home = tmp_path / "lib"
     Library(home).close()
-    dep = subprocess.Popen([sys.executable, str(REPO / "tests" / "library_worker.py"), str(home), "mixed", "60", "1", "200000"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    gcp = subprocess.Popen([sys.executable, str(REPO / "tests" / "library_worker.py"), str(home), "gc", "1000000", "2"],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    dep = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "library_worker.py"), str(home), "mixed", "60", "1", "200000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    gcp = subprocess.Popen(
+        [sys.executable, str(REPO / "tests" / "library_worker.py"), str(home), "gc", "1000000", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     out, err = dep.communicate(timeout=300)
     gcp.terminate()  # gc loops until the depositor is done
     gout, gerr = gcp.communicate(timeout=60)
@@ -154,7 +168,7 @@ def test_commit_refused_when_gc_took_the_pending_record(lib, monkeypatch):
         return ids
 
     monkeypatch.setattr(lib, "mark_pending", mark_then_lose)
-    from library.errors import LibraryError
+    from kvgraft.library.errors import LibraryError
 
     with pytest.raises(LibraryError, match="try again"):
         add(lib, 10)

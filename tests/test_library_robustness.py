@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from library.index import Library
-from library.maintenance import fsck
+from kvgraft.library.index import Library
+from kvgraft.library.maintenance import fsck
 from tests.kill_harness import kill_trials
 
 REPO = Path(__file__).resolve().parent.parent
@@ -17,8 +17,15 @@ WORKER = str(REPO / "tests" / "library_worker.py")
 def test_two_writers_no_lock_errors_no_lost_rows(tmp_path):
     home = tmp_path / "lib"
     Library(home).close()
-    procs = [subprocess.Popen([sys.executable, WORKER, str(home), "deposit", "200", str(seed), "2048"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for seed in (11, 12)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, WORKER, str(home), "deposit", "200", str(seed), "2048"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (11, 12)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (_out, err) in zip(procs, outs):
         assert p.returncode == 0, err

@@ -1,4 +1,5 @@
-"""Migrations: a blank database and a database stopped before each migration, with data, both reach the latest schema."""
+"""Migrations: a blank database and a database stopped before each migration, with data, both reach
+the latest schema."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import sqlite3
 import pytest
 from sqlite_utils import Database
 
-from library.index import Library
-from library.schema import MIGRATIONS, insert_prefix_keys, migrations
-from library.tokens import pack_tokens, tokens_sha256
+from kvgraft.library.index import Library
+from kvgraft.library.schema import MIGRATIONS, insert_prefix_keys, migrations
+from kvgraft.library.tokens import pack_tokens, tokens_sha256
 
 TOKENS = list(range(1, 200))
 
@@ -23,7 +24,16 @@ def test_blank_database(tmp_path):
     with Library(tmp_path) as lib:
         applied = [m.name for m in migrations.applied(lib.db)]
         assert applied == MIGRATIONS
-        assert {"entries", "blobs", "models", "packs", "receipts", "pending_blobs", "prefix_keys", "entries_fts"} <= set(lib.db.table_names())
+        assert {
+            "entries",
+            "blobs",
+            "models",
+            "packs",
+            "receipts",
+            "pending_blobs",
+            "prefix_keys",
+            "entries_fts",
+        } <= set(lib.db.table_names())
         assert lib.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with Library(tmp_path) as lib:  # reopening applies nothing twice
         assert [m.name for m in migrations.applied(lib.db)] == MIGRATIONS
@@ -41,13 +51,28 @@ def test_older_schema_with_data(tmp_path, stop_before):
     (tmp_path / "blobs" / sha[:2] / sha).write_bytes(blob)
     now = datetime.datetime.now(datetime.timezone.utc).isoformat()
     db["blobs"].insert({"sha256": sha, "size": len(blob), "created_at": now})
-    db["entries"].insert({
-        "kind": "document", "title": "old river entry", "question": None, "question_key": None,
-        "text": "an old river entry", "tokens": pack_tokens(TOKENS), "n_tokens": len(TOKENS),
-        "tokens_sha256": tokens_sha256(TOKENS), "answer": None, "blob_sha256": sha, "blob_size": len(blob),
-        "fingerprint": "f" * 64, "model_sha256": None, "source": "local", "pack_id": None,
-        "created_at": now, "verified_at": None, "damaged": None,
-    })
+    db["entries"].insert(
+        {
+            "kind": "document",
+            "title": "old river entry",
+            "question": None,
+            "question_key": None,
+            "text": "an old river entry",
+            "tokens": pack_tokens(TOKENS),
+            "n_tokens": len(TOKENS),
+            "tokens_sha256": tokens_sha256(TOKENS),
+            "answer": None,
+            "blob_sha256": sha,
+            "blob_size": len(blob),
+            "fingerprint": "f" * 64,
+            "model_sha256": None,
+            "source": "local",
+            "pack_id": None,
+            "created_at": now,
+            "verified_at": None,
+            "damaged": None,
+        }
+    )
     if MIGRATIONS.index(stop_before) > MIGRATIONS.index("m003_prefix_keys"):
         insert_prefix_keys(db, 1, pack_tokens(TOKENS), len(TOKENS))  # what that version's deposit wrote
     db.conn.commit()
@@ -57,6 +82,6 @@ def test_older_schema_with_data(tmp_path, stop_before):
         assert lib.count() == 1
         assert lib.longest_prefix(TOKENS + [7, 7], "f" * 64).id == 1
         assert [e.id for e in lib.search("river")] == [1]
-        from library.maintenance import fsck
+        from kvgraft.library.maintenance import fsck
 
         assert fsck(lib)["ok"]

@@ -8,10 +8,10 @@ import zipfile
 
 import pytest
 
-import library.importer as importer
-from app.library_service import LibraryService, open_library
-from app.packs import export_pack, import_pack
-from library.index import Library
+import kvgraft.library.importer as importer
+from kvgraft.app.library_service import LibraryService, open_library
+from kvgraft.app.packs import export_pack, import_pack
+from kvgraft.library.index import Library
 
 N_TEXTS, PER_TEXT = 50, 200  # 10,000 entries over 50 distinct blobs
 
@@ -27,7 +27,9 @@ def big_pack(engine, tmp_path_factory):
         manifest = json.loads(z.read("manifest.json"))
         blobs = {n: z.read(n) for n in z.namelist() if n.startswith("blobs/")}
     base = manifest["entries"]
-    manifest["entries"] = [dict(e, question=f"{e['text']} (question {k})", answer=str(k)) for e in base for k in range(PER_TEXT)]
+    manifest["entries"] = [
+        dict(e, question=f"{e['text']} (question {k})", answer=str(k)) for e in base for k in range(PER_TEXT)
+    ]
     with zipfile.ZipFile(d / "big.kvpack", "w") as z:
         z.writestr("manifest.json", json.dumps(manifest))
         for n, b in blobs.items():

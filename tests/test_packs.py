@@ -9,15 +9,15 @@ import zipfile
 import pytest
 from click.testing import CliRunner
 
-import app.cli.common as common
-import library.pack as pack_mod
-from library import container
-from app.cli import cli
-from app.library_service import LibraryService, open_library
-from app.packs import build_pack, import_pack
-from app.problems import Problem, starter_problems, write_jsonl
-from library.index import Library
-from library.pack import PackError
+import kvgraft.app.cli.common as common
+import kvgraft.library.pack as pack_mod
+from kvgraft.app.library_service import LibraryService, open_library
+from kvgraft.app.packs import build_pack, import_pack
+from kvgraft.app.problems import Problem, starter_problems, write_jsonl
+from kvgraft.entry import cli
+from kvgraft.library import container
+from kvgraft.library.index import Library
+from kvgraft.library.pack import PackError
 from tests import pack_mutations as pm
 
 SHORT = [p for p in starter_problems(24) if len(p.solution) < 1000][:3]
@@ -43,8 +43,12 @@ def cli_engine(engine, monkeypatch):
 
 def library_state():
     with open_library() as lib:
-        return (lib.count(), sorted(lib.blobs.iter_blobs()), lib.db.execute("SELECT count(*) FROM packs").fetchone()[0],
-                lib.db.execute("SELECT count(*) FROM pending_blobs").fetchone()[0])
+        return (
+            lib.count(),
+            sorted(lib.blobs.iter_blobs()),
+            lib.db.execute("SELECT count(*) FROM packs").fetchone()[0],
+            lib.db.execute("SELECT count(*) FROM pending_blobs").fetchone()[0],
+        )
 
 
 def test_build_export_import_verify(good_pack, cli_engine, tmp_path):
@@ -52,7 +56,12 @@ def test_build_export_import_verify(good_pack, cli_engine, tmp_path):
     r = run(cli, ["import", str(good_pack), "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
-    assert (out["imported"], out["skipped"], out["refused"], out["replayed"]) == (3, 0, [], 3)  # unsigned: each replayed
+    assert (out["imported"], out["skipped"], out["refused"], out["replayed"]) == (
+        3,
+        0,
+        [],
+        3,
+    )  # unsigned: each replayed
     r = run(cli, ["import", str(good_pack), "--json"])
     out = json.loads(r.stdout)
     assert (out["imported"], out["skipped"], out["refused"], out["replayed"]) == (0, 3, [], 0)  # already here, proven
@@ -110,7 +119,12 @@ def test_ask_json_contract(good_pack, cli_engine):
     assert json.loads(r.stdout)["source"] == "graft"
     r = run(cli, ["ask", "What is the colour of the winter harbor?", "--budget", "6", "--json"])
     f = json.loads(r.stdout)
-    assert f["source"] == "fresh" and f["entry_id"] is None and f["verified_answer"] is None and f["answer_checked"] is None
+    assert (
+        f["source"] == "fresh"
+        and f["entry_id"] is None
+        and f["verified_answer"] is None
+        and f["answer_checked"] is None
+    )
     assert f["tokens_decoded"] <= 6 and f["exact"] is None and f["proof"] is None
 
 
@@ -131,7 +145,9 @@ def test_ask_grafts_a_stored_prefix(cli_engine, tmp_path):
 def test_solve_reports_and_related(good_pack, cli_engine, tmp_path):
     run = CliRunner().invoke
     assert run(cli, ["import", str(good_pack)]).exit_code == 0
-    unknown = Problem("new-1", "A hut starts with 5 barrels and receives 2. How many barrels does it hold?", "5 + 2 = 7", "7")
+    unknown = Problem(
+        "new-1", "A hut starts with 5 barrels and receives 2. How many barrels does it hold?", "5 + 2 = 7", "7"
+    )
     jsonl = tmp_path / "p.jsonl"
     write_jsonl(SHORT[:2] + [unknown], jsonl)
     r = run(cli, ["solve", str(jsonl), "--budget", "8", "--related", "--no-deposit", "--json"])
@@ -154,50 +170,173 @@ def _variants(good, d):
     def add(name, path, msg):
         V[name] = (path, msg)
 
-    add("zip-slip", pm.rebuild(good, d / "slip.kvpack", extra=[("../evil.txt", b"x", zipfile.ZIP_STORED)]), "leave the pack")
-    add("zip-slip-nested", pm.rebuild(good, d / "slip2.kvpack", extra=[("blobs/../../evil", b"x", zipfile.ZIP_STORED)]), "leave the pack")
-    add("absolute-path", pm.rebuild(good, d / "abs.kvpack", extra=[("/etc/evil", b"x", zipfile.ZIP_STORED)]), "absolute")
+    add(
+        "zip-slip",
+        pm.rebuild(good, d / "slip.kvpack", extra=[("../evil.txt", b"x", zipfile.ZIP_STORED)]),
+        "leave the pack",
+    )
+    add(
+        "zip-slip-nested",
+        pm.rebuild(good, d / "slip2.kvpack", extra=[("blobs/../../evil", b"x", zipfile.ZIP_STORED)]),
+        "leave the pack",
+    )
+    add(
+        "absolute-path", pm.rebuild(good, d / "abs.kvpack", extra=[("/etc/evil", b"x", zipfile.ZIP_STORED)]), "absolute"
+    )
     add("symlink", pm.rebuild(good, d / "link.kvpack", symlink={blob_name}), "symbolic link")
-    add("duplicate-member", pm.rebuild(good, d / "dup.kvpack", extra=[(blob_name, blobs[blob_name], zipfile.ZIP_STORED)]), "duplicate member")
-    add("unnamed-member", pm.rebuild(good, d / "extra.kvpack", extra=[("blobs/" + "0" * 64, b"stowaway", zipfile.ZIP_STORED)]), "does not name")
-    add("stray-file", pm.rebuild(good, d / "stray.kvpack", extra=[("readme.txt", b"hi", zipfile.ZIP_STORED)]), "not part of the pack format")
+    add(
+        "duplicate-member",
+        pm.rebuild(good, d / "dup.kvpack", extra=[(blob_name, blobs[blob_name], zipfile.ZIP_STORED)]),
+        "duplicate member",
+    )
+    add(
+        "unnamed-member",
+        pm.rebuild(good, d / "extra.kvpack", extra=[("blobs/" + "0" * 64, b"stowaway", zipfile.ZIP_STORED)]),
+        "does not name",
+    )
+    add(
+        "stray-file",
+        pm.rebuild(good, d / "stray.kvpack", extra=[("readme.txt", b"hi", zipfile.ZIP_STORED)]),
+        "not part of the pack format",
+    )
     add("compressed-blob", pm.rebuild(good, d / "deflate.kvpack", blob_ctype=zipfile.ZIP_DEFLATED), "compressed")
     add("declared-size-huge", pm.patch_declared_size(pm.rebuild(good, d / "huge.kvpack"), blob_name), "declares")
-    add("declared-1tb-in-manifest", pm.rebuild(good, d / "tb.kvpack", edit_manifest=lambda m: m["entries"][0].update(blob_size=10**12)),
-        "a state of this context is at most")
-    add("declared-1tb-stored", pm.rebuild(good, d / "tbs.kvpack", edit_manifest=lambda m: m["entries"][0].update(blob_stored_size=10**12)),
-        "the manifest says")
+    add(
+        "declared-1tb-in-manifest",
+        pm.rebuild(good, d / "tb.kvpack", edit_manifest=lambda m: m["entries"][0].update(blob_size=10**12)),
+        "a state of this context is at most",
+    )
+    add(
+        "declared-1tb-stored",
+        pm.rebuild(good, d / "tbs.kvpack", edit_manifest=lambda m: m["entries"][0].update(blob_stored_size=10**12)),
+        "the manifest says",
+    )
     add("truncated", pm.truncate(good, d / "trunc.kvpack", 0.6), "not a valid zip archive")
     add("truncated-tail", pm.truncate(good, d / "trunc2.kvpack", 0.999), "not a valid zip archive")
-    add("newer-format", pm.rebuild(good, d / "v99.kvpack", edit_manifest=lambda m: m.update(format_version=99)), "newer than this kvgraft")
-    add("wrong-type-version", pm.rebuild(good, d / "vstr.kvpack", edit_manifest=lambda m: m.update(format_version="1")), "must be int")
-    add("wrong-type-entries", pm.rebuild(good, d / "estr.kvpack", edit_manifest=lambda m: m.update(entries="all")), "must be list")
-    add("wrong-type-size", pm.rebuild(good, d / "sz.kvpack", edit_manifest=lambda m: m["entries"][0].update(blob_size=True)), "wrong type")
-    add("missing-text", pm.rebuild(good, d / "notext.kvpack", edit_manifest=lambda m: m["entries"][0].pop("text")), "missing 'text'")
-    add("empty-pack", pm.write_zip(d / "empty.kvpack", [("manifest.json", json.dumps({**manifest, "entries": []}).encode(), zipfile.ZIP_STORED)]), "empty")
-    add("no-manifest", pm.write_zip(d / "nomanifest.kvpack", [(blob_name, blobs[blob_name], zipfile.ZIP_STORED)]), "no manifest")
-    add("not-json", pm.write_zip(d / "notjson.kvpack", [("manifest.json", b"{nope", zipfile.ZIP_STORED)]), "not valid JSON")
-    add("blob-hash-mismatch", pm.rebuild(good, d / "flip.kvpack", replace_blob=lambda n, b: b[:100] + bytes([b[100] ^ 1]) + b[101:] if n == blob_name else b), "does not match its SHA-256")
+    add(
+        "newer-format",
+        pm.rebuild(good, d / "v99.kvpack", edit_manifest=lambda m: m.update(format_version=99)),
+        "newer than this kvgraft",
+    )
+    add(
+        "wrong-type-version",
+        pm.rebuild(good, d / "vstr.kvpack", edit_manifest=lambda m: m.update(format_version="1")),
+        "must be int",
+    )
+    add(
+        "wrong-type-entries",
+        pm.rebuild(good, d / "estr.kvpack", edit_manifest=lambda m: m.update(entries="all")),
+        "must be list",
+    )
+    add(
+        "wrong-type-size",
+        pm.rebuild(good, d / "sz.kvpack", edit_manifest=lambda m: m["entries"][0].update(blob_size=True)),
+        "wrong type",
+    )
+    add(
+        "missing-text",
+        pm.rebuild(good, d / "notext.kvpack", edit_manifest=lambda m: m["entries"][0].pop("text")),
+        "missing 'text'",
+    )
+    add(
+        "empty-pack",
+        pm.write_zip(
+            d / "empty.kvpack",
+            [("manifest.json", json.dumps({**manifest, "entries": []}).encode(), zipfile.ZIP_STORED)],
+        ),
+        "empty",
+    )
+    add(
+        "no-manifest",
+        pm.write_zip(d / "nomanifest.kvpack", [(blob_name, blobs[blob_name], zipfile.ZIP_STORED)]),
+        "no manifest",
+    )
+    add(
+        "not-json",
+        pm.write_zip(d / "notjson.kvpack", [("manifest.json", b"{nope", zipfile.ZIP_STORED)]),
+        "not valid JSON",
+    )
+    add(
+        "blob-hash-mismatch",
+        pm.rebuild(
+            good,
+            d / "flip.kvpack",
+            replace_blob=lambda n, b: b[:100] + bytes([b[100] ^ 1]) + b[101:] if n == blob_name else b,
+        ),
+        "does not match its SHA-256",
+    )
     junk = pm.random_bytes(len(blobs[blob_name]), 1)
     jsha = hashlib.sha256(junk).hexdigest()
     jstored = container.make(len(junk), []).header + junk  # a valid compact container of bytes that are no state
-    add("valid-hash-not-a-state", pm.rebuild(
-        good, d / "junk.kvpack",
-        edit_manifest=lambda m: m["entries"][0].update(blob_sha256=jsha, blob_size=len(junk), blob_stored_size=len(jstored)),
-        replace_blob=lambda n, b: jstored if n == blob_name else b,
-        rename=lambda n: f"blobs/{jsha}" if n == blob_name else n), "not a valid state")
-    add("other-fingerprint", pm.rebuild(good, d / "fp.kvpack", edit_manifest=lambda m: m.update(fingerprint="0" * 64)), "fingerprint")
-    add("other-model", pm.rebuild(good, d / "model.kvpack", edit_manifest=lambda m: m["model"].update(sha256="1" * 64, name="Llama")), "made for model Llama")
-    add("tokens-mismatch", pm.rebuild(good, d / "tok.kvpack", edit_manifest=lambda m: m["entries"][0].update(text=m["entries"][0]["text"] + " extra")), "tokens here")
-    add("not-a-zip", (lambda p: (p.write_bytes(b"hello world" * 10), p)[1])(d / "plain.kvpack"), "not a valid zip archive")
+    add(
+        "valid-hash-not-a-state",
+        pm.rebuild(
+            good,
+            d / "junk.kvpack",
+            edit_manifest=lambda m: m["entries"][0].update(
+                blob_sha256=jsha, blob_size=len(junk), blob_stored_size=len(jstored)
+            ),
+            replace_blob=lambda n, b: jstored if n == blob_name else b,
+            rename=lambda n: f"blobs/{jsha}" if n == blob_name else n,
+        ),
+        "not a valid state",
+    )
+    add(
+        "other-fingerprint",
+        pm.rebuild(good, d / "fp.kvpack", edit_manifest=lambda m: m.update(fingerprint="0" * 64)),
+        "fingerprint",
+    )
+    add(
+        "other-model",
+        pm.rebuild(good, d / "model.kvpack", edit_manifest=lambda m: m["model"].update(sha256="1" * 64, name="Llama")),
+        "made for model Llama",
+    )
+    add(
+        "tokens-mismatch",
+        pm.rebuild(
+            good,
+            d / "tok.kvpack",
+            edit_manifest=lambda m: m["entries"][0].update(text=m["entries"][0]["text"] + " extra"),
+        ),
+        "tokens here",
+    )
+    add(
+        "not-a-zip",
+        (lambda p: (p.write_bytes(b"hello world" * 10), p)[1])(d / "plain.kvpack"),
+        "not a valid zip archive",
+    )
     return V
 
 
-_CASE_NAMES = ["zip-slip", "zip-slip-nested", "absolute-path", "symlink", "duplicate-member", "unnamed-member", "stray-file",
-               "compressed-blob", "declared-size-huge", "declared-1tb-in-manifest", "declared-1tb-stored", "truncated", "truncated-tail", "newer-format",
-               "wrong-type-version", "wrong-type-entries", "wrong-type-size", "missing-text", "empty-pack", "no-manifest",
-               "not-json", "blob-hash-mismatch", "valid-hash-not-a-state", "other-fingerprint", "other-model",
-               "tokens-mismatch", "not-a-zip"]
+_CASE_NAMES = [
+    "zip-slip",
+    "zip-slip-nested",
+    "absolute-path",
+    "symlink",
+    "duplicate-member",
+    "unnamed-member",
+    "stray-file",
+    "compressed-blob",
+    "declared-size-huge",
+    "declared-1tb-in-manifest",
+    "declared-1tb-stored",
+    "truncated",
+    "truncated-tail",
+    "newer-format",
+    "wrong-type-version",
+    "wrong-type-entries",
+    "wrong-type-size",
+    "missing-text",
+    "empty-pack",
+    "no-manifest",
+    "not-json",
+    "blob-hash-mismatch",
+    "valid-hash-not-a-state",
+    "other-fingerprint",
+    "other-model",
+    "tokens-mismatch",
+    "not-a-zip",
+]
 
 
 @pytest.fixture(scope="module")
@@ -260,7 +399,9 @@ def test_zip_bomb_manifest_refused(good_pack, tmp_path, monkeypatch):
         pack_mod.PackReader(bomb)
 
 
-@pytest.mark.parametrize("manifest", [b"[" * 200_000, b'{"format_version": ' + b"9" * 5000 + b"}", b"\xff\xfe not utf-8"])
+@pytest.mark.parametrize(
+    "manifest", [b"[" * 200_000, b'{"format_version": ' + b"9" * 5000 + b"}", b"\xff\xfe not utf-8"]
+)
 def test_hostile_manifest_bytes_are_a_pack_error(tmp_path, manifest):
     bad = pm.write_zip(tmp_path / "hostile.kvpack", [("manifest.json", manifest, zipfile.ZIP_DEFLATED)])
     with pytest.raises(PackError, match="not valid JSON"):

@@ -14,23 +14,25 @@ import zipfile
 import pytest
 from click.testing import CliRunner
 
-import app.cli.common as common
-import app.packs as packs_mod
-from app.cli import cli
-from app.library_service import LibraryService, open_library
-from app.packs import export_pack
-from library.index import Library
-from library.signing import generate_key
+import kvgraft.app.cli.common as common
+import kvgraft.app.packs as packs_mod
+from kvgraft.app.library_service import LibraryService, open_library
+from kvgraft.app.packs import export_pack
+from kvgraft.entry import cli
+from kvgraft.library.index import Library
+from kvgraft.library.signing import generate_key
 from tests import pack_mutations as pm
 
 QUESTION = "What is the vault code of the Onhava archive?"
 
 
 def document(code: str) -> str:
-    return ("The Onhava archive stands at the end of the salt road, past the old copper mill. Its keepers open it "
-            "once a year, in the first week of spring, and record every visitor in a blue ledger. "
-            f"The vault code of the Onhava archive is {code}. Nobody else knows the vault code of the Onhava archive, "
-            "and the keepers change the lock only when the ledger is full.\n")
+    return (
+        "The Onhava archive stands at the end of the salt road, past the old copper mill. Its keepers open it "
+        "once a year, in the first week of spring, and record every visitor in a blue ledger. "
+        f"The vault code of the Onhava archive is {code}. Nobody else knows the vault code of the Onhava archive, "
+        "and the keepers change the lock only when the ledger is full.\n"
+    )
 
 
 @pytest.fixture
@@ -55,11 +57,17 @@ def packs(engine, tmp_path_factory):
     bad_m, bad_blobs = pm.read_members(d / "bad.kvpack")
     poisoned = json.loads(json.dumps(good_m))
     src = bad_m["entries"][0]
-    poisoned["entries"][0].update(blob_sha256=src["blob_sha256"], blob_size=src["blob_size"],
-                                  blob_stored_size=src["blob_stored_size"])
+    poisoned["entries"][0].update(
+        blob_sha256=src["blob_sha256"], blob_size=src["blob_size"], blob_stored_size=src["blob_stored_size"]
+    )
     name = "blobs/" + src["blob_sha256"]
-    pm.write_zip(d / "poisoned.kvpack", [("manifest.json", json.dumps(poisoned).encode(), zipfile.ZIP_DEFLATED),
-                                          (name, bad_blobs[name], zipfile.ZIP_STORED)])
+    pm.write_zip(
+        d / "poisoned.kvpack",
+        [
+            ("manifest.json", json.dumps(poisoned).encode(), zipfile.ZIP_DEFLATED),
+            (name, bad_blobs[name], zipfile.ZIP_STORED),
+        ],
+    )
     (d / "good.txt").write_text(good_text)
     return d
 
@@ -89,7 +97,9 @@ def test_poisoned_pack_kept_unproven_is_answered_fresh(packs, run):
     assert "9902" not in a["answer"]
     # a replay cannot prove it: verify fails on the replay and the entry stays unproven
     r = run(cli, ["verify", "--library", "--replay", "--json"])
-    assert r.exit_code == 1 and {"entry": f"library#{entry['id']}", "check": "replay"} in json.loads(r.stdout)["failures"]
+    assert (
+        r.exit_code == 1 and {"entry": f"library#{entry['id']}", "check": "replay"} in json.loads(r.stdout)["failures"]
+    )
     assert json.loads(run(cli, ["list", "--json"]).stdout)[0]["proof"] == "unproven"
 
 
@@ -114,6 +124,7 @@ def test_unproven_entry_proved_by_verify_replay(packs, run):
 
 def test_format2_pack_imports_through_replay(packs, run, tmp_path):
     """An older pack (format 2, old-style fingerprint) is not refused: a replay here decides."""
+
     def to_format2(m):
         m.update(format_version=2, fingerprint="ab" * 32)
         m.pop("engine"), m.pop("environment")
@@ -136,9 +147,15 @@ def test_signed_pack_from_trusted_key_grafts_without_replay(engine, run, tmp_pat
     key = generate_key(tmp_path / "alice.key")
     with Library(src) as lib:
         service = LibraryService(engine, lib)
-        e = service.deposit_solution("How many lamps light the copper bridge?", "Four on each side: 4 + 4 = 8.", "8",
-                                     vouched_by="checker:numeric").entry
-        stated = service.deposit_solution("How many boats are moored?", "Two and three: 5.", "5").entry  # nobody vouched
+        e = service.deposit_solution(
+            "How many lamps light the copper bridge?",
+            "Four on each side: 4 + 4 = 8.",
+            "8",
+            vouched_by="checker:numeric",
+        ).entry
+        stated = service.deposit_solution(
+            "How many boats are moored?", "Two and three: 5.", "5"
+        ).entry  # nobody vouched
         export_pack(lib, [e, stated], tmp_path / "signed.kvpack", sign_key=tmp_path / "alice.key")
     # trusted: no replay runs (a replay here would raise), the signer vouches for the state and the answer
     assert run(cli, ["keys", "trust", key.public_key_b64, "--name", "alice"]).exit_code == 0
@@ -148,10 +165,14 @@ def test_signed_pack_from_trusted_key_grafts_without_replay(engine, run, tmp_pat
     entry, other = json.loads(run(cli, ["list", "--json", "--check"]).stdout)
     assert entry["proof"] == "signed:alice" and entry["graftable"] is True
     assert entry["verified_by"] == "signer:alice (checker:numeric)"  # the signer passes on who vouched
-    assert other["proof"] == "signed:alice" and other["verified"] is False  # a stated answer stays stated, signed or not
+    assert (
+        other["proof"] == "signed:alice" and other["verified"] is False
+    )  # a stated answer stays stated, signed or not
     a = json.loads(run(cli, ["ask", "How many lamps light the copper bridge?", "--json"]).stdout)
     assert a["source"] == "graft" and a["proof"] == "signed:alice" and a["exact"] is True
-    assert a["verified"] is True and a["verified_by"] == "signer:alice (checker:numeric)" and a["verified_answer"] == "8"
+    assert (
+        a["verified"] is True and a["verified_by"] == "signer:alice (checker:numeric)" and a["verified_answer"] == "8"
+    )
     # no longer trusted: what the key proved is unproven again, and its vouching is gone
     key_id = run(cli, ["keys", "list"]).stdout.split("trusted  ")[1].split()[0]
     r = run(cli, ["keys", "untrust", key_id])
@@ -173,17 +194,32 @@ def test_untrusted_signer_is_replayed(engine, run, tmp_path, monkeypatch):
 
 def test_exact_is_a_comparison_that_can_fail(engine, run):
     q = "How many gates does the east wall have?"
-    dep = run(cli, ["deposit", "--text", f"Q: {q}\nA: 6\n\nThe east wall has six gates.\n\nQ: {q}\nA: 6\n",
-                    "--question", q, "--answer", "6", "--json"])
+    dep = run(
+        cli,
+        [
+            "deposit",
+            "--text",
+            f"Q: {q}\nA: 6\n\nThe east wall has six gates.\n\nQ: {q}\nA: 6\n",
+            "--question",
+            q,
+            "--answer",
+            "6",
+            "--json",
+        ],
+    )
     assert dep.exit_code == 0, dep.output
     a = json.loads(run(cli, ["ask", q, "--json"]).stdout)
     assert a["source"] == "graft" and a["exact"] is True and a["receipt_match"] is True
-    assert a["verified"] is False and a["stored_answer"] == "6" and a["verified_answer"] is None  # stated, not confirmed
+    assert (
+        a["verified"] is False and a["stored_answer"] == "6" and a["verified_answer"] is None
+    )  # stated, not confirmed
     assert a["answer_ready"] is True  # its answer-ready state was grafted (one token decoded)
     with open_library() as lib:  # the receipts now record other fresh logits: the comparison must fail
         for e in lib.entries():
-            lib.db.execute("UPDATE entries SET receipt = ? WHERE id = ?",
-                           [json.dumps({**e.receipt, "fresh_logits_sha256": "0" * 64}), e.id])
+            lib.db.execute(
+                "UPDATE entries SET receipt = ? WHERE id = ?",
+                [json.dumps({**e.receipt, "fresh_logits_sha256": "0" * 64}), e.id],
+            )
         lib.db.conn.commit()
     r = run(cli, ["ask", q, "--json"])
     assert json.loads(r.stdout)["exact"] is False
@@ -207,8 +243,10 @@ def test_confirmed_deposit_is_verified_by_you(run):
 
 def _as_legacy(lib, entry_id, fingerprint, receipt=None):
     """Make an entry look as kvgraft before the probe fingerprint stored it."""
-    lib.db.execute("UPDATE entries SET fingerprint = ?, receipt = coalesce(?, receipt) WHERE id = ?",
-                   [fingerprint, json.dumps(receipt) if receipt else None, entry_id])
+    lib.db.execute(
+        "UPDATE entries SET fingerprint = ?, receipt = coalesce(?, receipt) WHERE id = ?",
+        [fingerprint, json.dumps(receipt) if receipt else None, entry_id],
+    )
     lib.db.conn.commit()
 
 

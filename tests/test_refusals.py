@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from app.textgen import prefix_tokens
-from engine.errors import EngineError, FingerprintMismatch, SnapshotError
-from engine.session import Snapshot
-from engine.state import parse_state
+from kvgraft.app.textgen import prefix_tokens
+from kvgraft.engine.errors import EngineError, FingerprintMismatch, SnapshotError
+from kvgraft.engine.session import Snapshot
+from kvgraft.engine.state import parse_state
 
 REPO = Path(__file__).resolve().parent.parent
 N = 600
@@ -100,20 +100,41 @@ def test_malformed_snapshots_refused_in_subprocess(engine, model_path, reference
         f.write_bytes(data)
         cases.append({"name": name, "file": str(f), "mode": "raw", "tokens": list(reference.tokens)})
     # payload flips keep the structure valid: the content hash catches them
-    for i, off in enumerate([parsed.spans[0].offset + 17, parsed.spans[-1].offset + parsed.spans[-1].size - 1, len(reference.data) // 2]):
+    for i, off in enumerate(
+        [parsed.spans[0].offset + 17, parsed.spans[-1].offset + parsed.spans[-1].size - 1, len(reference.data) // 2]
+    ):
         f = tmp_path / f"payload-flip-{i}.state"
         f.write_bytes(_flip(reference.data, off))
-        cases.append({"name": f"payload-flip-{i}", "file": str(f), "mode": "hashed", "tokens": list(reference.tokens), "sha256": reference.sha256})
+        cases.append(
+            {
+                "name": f"payload-flip-{i}",
+                "file": str(f),
+                "mode": "hashed",
+                "tokens": list(reference.tokens),
+                "sha256": reference.sha256,
+            }
+        )
     good = tmp_path / "good.state"
     good.write_bytes(reference.data)
-    cases.append({"name": "control-good", "file": str(good), "mode": "hashed", "tokens": list(reference.tokens), "sha256": reference.sha256})
+    cases.append(
+        {
+            "name": "control-good",
+            "file": str(good),
+            "mode": "hashed",
+            "tokens": list(reference.tokens),
+            "sha256": reference.sha256,
+        }
+    )
     cases.append({"name": "wrong-token-count", "file": str(good), "mode": "raw", "tokens": list(reference.tokens)[:-1]})
     cases_file = tmp_path / "cases.json"
     cases_file.write_text(json.dumps(cases))
 
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests" / "graft_worker.py"), str(model_path), str(cases_file)],
-        capture_output=True, text=True, cwd=REPO, timeout=600,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
     )
     assert proc.returncode == 0, f"worker died with {proc.returncode}: {proc.stderr[-2000:]}"
     results = {r["name"]: r for r in json.loads(proc.stdout.strip().splitlines()[-1])}

@@ -8,12 +8,12 @@ import zipfile
 import pytest
 from click.testing import CliRunner
 
-import app.cli.common as common
-from app.cli import cli
-from app.library_service import LibraryService, open_library
-from app.packs import import_pack, trust_store
-from library.pack import PackError, PackReader
-from library.signing import generate_key, sign_manifest
+import kvgraft.app.cli.common as common
+from kvgraft.app.library_service import LibraryService, open_library
+from kvgraft.app.packs import import_pack, trust_store
+from kvgraft.entry import cli
+from kvgraft.library.pack import PackError, PackReader
+from kvgraft.library.signing import generate_key, sign_manifest
 from tests import pack_mutations as pm
 
 
@@ -25,7 +25,21 @@ def run(engine, monkeypatch):
 
 @pytest.fixture
 def signed_pack(run, tmp_path):
-    assert run(cli, ["deposit", "--text", "Seven orange windows face the quiet harbor.", "--question", "How many windows?", "--answer", "7"]).exit_code == 0
+    assert (
+        run(
+            cli,
+            [
+                "deposit",
+                "--text",
+                "Seven orange windows face the quiet harbor.",
+                "--question",
+                "How many windows?",
+                "--answer",
+                "7",
+            ],
+        ).exit_code
+        == 0
+    )
     r = run(cli, ["keys", "generate", "alice"])
     assert r.exit_code == 0, r.output
     pub = r.stdout.split("public key (give this to people who import your packs): ")[1].strip()
@@ -68,8 +82,11 @@ def test_tampered_manifest_refused(signed_pack, engine, tmp_path):
         manifest = json.loads(z.read("manifest.json"))
         members = [(n, z.read(n)) for n in z.namelist() if n != "manifest.json"]
     manifest["entries"][0]["answer"] = "8"  # change the verified answer, keep the old signature
-    bad = pm.write_zip(tmp_path / "tampered.kvpack", [("manifest.json", json.dumps(manifest).encode(), zipfile.ZIP_DEFLATED)]
-                       + [(n, d, zipfile.ZIP_STORED) for n, d in members])
+    bad = pm.write_zip(
+        tmp_path / "tampered.kvpack",
+        [("manifest.json", json.dumps(manifest).encode(), zipfile.ZIP_DEFLATED)]
+        + [(n, d, zipfile.ZIP_STORED) for n, d in members],
+    )
     with pytest.raises(PackError, match="does not verify"):
         PackReader(bad)
     with open_library() as lib:
@@ -84,9 +101,14 @@ def test_resigned_by_a_stranger_is_untrusted(signed_pack, engine, tmp_path):
     with zipfile.ZipFile(path) as z:
         manifest_bytes = z.read("manifest.json")
         members = [(n, z.read(n)) for n in z.namelist() if n not in ("manifest.json", "signature.json")]
-    resigned = pm.write_zip(tmp_path / "resigned.kvpack", [("manifest.json", manifest_bytes, zipfile.ZIP_DEFLATED),
-                                                           ("signature.json", sign_manifest(manifest_bytes, tmp_path / "mallory.key"), zipfile.ZIP_STORED)]
-                            + [(n, d, zipfile.ZIP_STORED) for n, d in members])
+    resigned = pm.write_zip(
+        tmp_path / "resigned.kvpack",
+        [
+            ("manifest.json", manifest_bytes, zipfile.ZIP_DEFLATED),
+            ("signature.json", sign_manifest(manifest_bytes, tmp_path / "mallory.key"), zipfile.ZIP_STORED),
+        ]
+        + [(n, d, zipfile.ZIP_STORED) for n, d in members],
+    )
     with PackReader(resigned) as reader:
         assert reader.signer.key_id == mallory.key_id
     with open_library() as lib:
@@ -95,12 +117,22 @@ def test_resigned_by_a_stranger_is_untrusted(signed_pack, engine, tmp_path):
     assert mallory.key_id not in trust_store().load()
 
 
-@pytest.mark.parametrize("sig", [b"{}", b"not json", json.dumps({"algorithm": "rsa"}).encode(),
-                                 json.dumps({"algorithm": "ed25519", "public_key": "AAAA", "signature": "AAAA"}).encode()])
+@pytest.mark.parametrize(
+    "sig",
+    [
+        b"{}",
+        b"not json",
+        json.dumps({"algorithm": "rsa"}).encode(),
+        json.dumps({"algorithm": "ed25519", "public_key": "AAAA", "signature": "AAAA"}).encode(),
+    ],
+)
 def test_malformed_signature_refused(signed_pack, tmp_path, sig):
     path, _ = signed_pack
     with zipfile.ZipFile(path) as z:
         members = [(n, z.read(n)) for n in z.namelist() if n != "signature.json"]
-    bad = pm.write_zip(tmp_path / "badsig.kvpack", [(n, d, zipfile.ZIP_STORED) for n, d in members] + [("signature.json", sig, zipfile.ZIP_STORED)])
+    bad = pm.write_zip(
+        tmp_path / "badsig.kvpack",
+        [(n, d, zipfile.ZIP_STORED) for n, d in members] + [("signature.json", sig, zipfile.ZIP_STORED)],
+    )
     with pytest.raises(PackError, match="signature"):
         PackReader(bad)

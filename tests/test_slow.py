@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from app.selftest import run_selftest
-from app.textgen import prefix_tokens
-from engine.exactness import graft_vs_fresh
+from kvgraft.app.selftest import run_selftest
+from kvgraft.app.textgen import prefix_tokens
+from kvgraft.engine.exactness import graft_vs_fresh
 
 pytestmark = pytest.mark.slow
 

@@ -8,15 +8,15 @@ import pytest
 from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
 
-from app.library_service import LibraryService, open_library
-from app.packs import build_pack
-from app.problems import starter_problems, write_jsonl
-from app.runtime import Settings
-from app.textgen import synthetic_text
-from library.index import Library
-from ui.library_table import COLUMNS, EntriesModel, sorted_view
-from ui.main_window import MainWindow
-from ui.settings_dialog import load_settings, save_settings
+from kvgraft.app.library_service import LibraryService, open_library
+from kvgraft.app.packs import build_pack
+from kvgraft.app.problems import starter_problems, write_jsonl
+from kvgraft.app.runtime import Settings
+from kvgraft.app.textgen import synthetic_text
+from kvgraft.library.index import Library
+from kvgraft.ui.library_table import COLUMNS, EntriesModel, sorted_view
+from kvgraft.ui.main_window import MainWindow
+from kvgraft.ui.settings_dialog import load_settings, save_settings
 
 SHORT = sorted(starter_problems(24), key=lambda p: len(p.solution))[:2]
 
@@ -74,7 +74,10 @@ def test_drop_good_pack_then_ask(qtbot, window, tiny_pack):
     assert r["receipt_match"] is True and r["exact"] is True  # compared with the receipt, not assumed
     text = window.provenance.text()
     assert text.startswith(f"from entry #{r['entry_id']} (proof replayed, answer not verified)")
-    assert "exact: logits equal the fresh run's in its receipt" in text and f"stored answer (stated, not verified): {p.answer}" in text
+    assert (
+        "exact: logits equal the fresh run's in its receipt" in text
+        and f"stored answer (stated, not verified): {p.answer}" in text
+    )
 
 
 def test_drop_corrupt_pack_leaves_library_unchanged(qtbot, window, tiny_pack, tmp_path):
@@ -162,10 +165,12 @@ def test_cancel_a_long_deposit(qtbot, window):
 
 
 def test_table_model_handles_10k_rows(qtbot):
-    from app.library_view import Row
+    from kvgraft.app.library_view import Row
 
     model = EntriesModel()
-    model.set_rows([Row(i, "document", f"entry {i}", (i * 7919) % 5000, i % 2 == 0, "local", True, None) for i in range(10_000)])
+    model.set_rows(
+        [Row(i, "document", f"entry {i}", (i * 7919) % 5000, i % 2 == 0, "local", True, None) for i in range(10_000)]
+    )
     proxy = sorted_view(model)
     proxy.sort(3, Qt.DescendingOrder)
     assert proxy.rowCount() == 10_000

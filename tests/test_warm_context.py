@@ -13,14 +13,14 @@ import json
 import pytest
 from click.testing import CliRunner
 
-import app.cli.common as common
-from app.ask import ask
-from app.cli import cli
-from app.library_service import LibraryService
-from app.problems import starter_problems
-from app.textgen import prefix_tokens
-from engine.compare import logits_sha256
-from library.index import Library
+import kvgraft.app.cli.common as common
+from kvgraft.app.ask import ask
+from kvgraft.app.library_service import LibraryService
+from kvgraft.app.problems import starter_problems
+from kvgraft.app.textgen import prefix_tokens
+from kvgraft.engine.compare import logits_sha256
+from kvgraft.entry import cli
+from kvgraft.library.index import Library
 
 SOLUTION = next(p for p in starter_problems(24) if 2_000 < len(p.solution) < 3_000)  # a few hundred tokens
 
@@ -64,7 +64,9 @@ def test_answer_ready_state_answers_in_one_token_exactly(engine, tmp_path):
     p = SOLUTION
     with Library(tmp_path / "lib") as lib:
         service = LibraryService(engine, lib)
-        entry = service.deposit_solution(p.question, p.solution, p.answer, vouched_by="generator:starter-problems").entry
+        entry = service.deposit_solution(
+            p.question, p.solution, p.answer, vouched_by="generator:starter-problems"
+        ).entry
         [ready] = [e for e in lib.entries() if e.kind == "answer"]
         assert ready.proof == "local" and ready.schedule["then"] and ready.n_tokens > entry.n_tokens
         assert lib.find_question(p.question).id == entry.id  # the solution is what a question finds
@@ -98,8 +100,19 @@ def test_answer_ready_states_verify_and_stay_out_of_packs(engine, monkeypatch, t
     monkeypatch.setattr(common, "open_engine", lambda settings, on_progress=None: engine)
     run = CliRunner().invoke
     q = "How many masts does the red schooner carry?"
-    dep = run(cli, ["deposit", "--text", f"Q: {q}\nA: 3\n\nOne, two, three masts.\n\nQ: {q}\nA: 3\n",
-                    "--question", q, "--answer", "3", "--json"])
+    dep = run(
+        cli,
+        [
+            "deposit",
+            "--text",
+            f"Q: {q}\nA: 3\n\nOne, two, three masts.\n\nQ: {q}\nA: 3\n",
+            "--question",
+            q,
+            "--answer",
+            "3",
+            "--json",
+        ],
+    )
     assert dep.exit_code == 0, dep.output
     kinds = [e["kind"] for e in json.loads(run(cli, ["list", "--json"]).stdout)]
     assert kinds == ["solution", "answer"]

@@ -37,7 +37,16 @@ class EntriesModel(QAbstractTableModel):
         row = self._rows[index.row()]
         col = index.column()
         if role == Qt.UserRole:  # sort key
-            return [row.id, row.kind, row.title.lower(), row.tokens, row.verified, row.source, row.proof, row.graftable][col]
+            return [
+                row.id,
+                row.kind,
+                row.title.lower(),
+                row.tokens,
+                row.verified,
+                row.source,
+                row.proof,
+                row.graftable,
+            ][col]
         if role == Qt.DisplayRole:
             if col == 0:
                 return row.id

@@ -6,18 +6,34 @@ thread only reads the library index for the table and the status bar (app/librar
 
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QIcon
-from PySide6.QtWidgets import (QApplication, QFileDialog, QHBoxLayout, QHeaderView, QInputDialog, QLabel, QLineEdit,
-                               QMainWindow, QMessageBox, QPlainTextEdit, QProgressBar, QPushButton, QTableView,
-                               QTabWidget, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QApplication,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QInputDialog,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QMessageBox,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QTableView,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
 
-from app.gguf_check import NotAModel, inspect_gguf
-from app.library_view import LibraryView
-from app.runtime import Settings
+from kvgraft.app.gguf_check import NotAModel, inspect_gguf
+from kvgraft.app.library_view import LibraryView
+from kvgraft.app.runtime import Settings
 
 from .library_table import EntriesModel, sorted_view
 from .settings_dialog import SettingsDialog, load_settings, save_settings
@@ -68,7 +84,11 @@ class MainWindow(QMainWindow):
         sb.addPermanentWidget(self.progress)
         sb.addPermanentWidget(self.cancel_button)
         menu = self.menuBar().addMenu("&File")
-        for text, slot in (("Import packs...", self._choose_import), ("Settings...", self._open_settings), ("Quit", self.close)):
+        for text, slot in (
+            ("Import packs...", self._choose_import),
+            ("Settings...", self._open_settings),
+            ("Quit", self.close),
+        ):
             act = QAction(text, self)
             act.triggered.connect(slot)
             menu.addAction(act)
@@ -78,7 +98,9 @@ class MainWindow(QMainWindow):
         lay = QVBoxLayout(w)
         row = QHBoxLayout()
         self.question = QLineEdit()
-        self.question.setPlaceholderText("Ask a question (answered by graft when the library holds a proven entry for it)")
+        self.question.setPlaceholderText(
+            "Ask a question (answered by graft when the library holds a proven entry for it)"
+        )
         self.question.returnPressed.connect(self.ask)
         self.ask_button = QPushButton("Ask")
         self.ask_button.clicked.connect(self.ask)
@@ -122,8 +144,12 @@ class MainWindow(QMainWindow):
         header.setSectionResizeMode(2, QHeaderView.Stretch)
         lay.addWidget(self.table, 1)
         row = QHBoxLayout()
-        for text, slot in (("Ask it", self._ask_selected), ("Verify selected", self.verify_selected),
-                           ("Export selected...", self._export_selected), ("Delete", self._delete_selected)):
+        for text, slot in (
+            ("Ask it", self._ask_selected),
+            ("Verify selected", self.verify_selected),
+            ("Export selected...", self._export_selected),
+            ("Delete", self._delete_selected),
+        ):
             b = QPushButton(text)
             b.clicked.connect(slot)
             row.addWidget(b)
@@ -214,8 +240,10 @@ class MainWindow(QMainWindow):
         self.answer_view.setPlainText(r["answer"])
         text = r["provenance"]
         if r["verified_answer"] is not None:
-            text += (f"\nverified answer ({r['verified_by']}): {r['verified_answer']} "
-                     f"({'matches' if r['answer_checked'] else 'does NOT match'})")
+            text += (
+                f"\nverified answer ({r['verified_by']}): {r['verified_answer']} "
+                f"({'matches' if r['answer_checked'] else 'does NOT match'})"
+            )
         elif r.get("stored_answer") is not None:
             text += f"\nstored answer (stated, not verified): {r['stored_answer']}"
         self.provenance.setText(text)
@@ -233,15 +261,20 @@ class MainWindow(QMainWindow):
     def _on_verified(self, out: dict) -> None:
         if out["ok"]:
             unproven = out.get("unproven", 0)
-            self.notify("Verify", f"{out['entries']} entries: every check that ran passed"
-                        + (f"; {unproven} unproven (not grafted, no answer check: replay proves them)" if unproven else ""))
+            self.notify(
+                "Verify",
+                f"{out['entries']} entries: every check that ran passed"
+                + (f"; {unproven} unproven (not grafted, no answer check: replay proves them)" if unproven else ""),
+            )
         else:
             self.notify("Verify", "\n".join(f"{f['entry']}: {f['check']}" for f in out["failures"]), error=True)
 
     def _on_failed(self, op: str, message: str) -> None:
         if op == "start":
             self.model_label.setText("model: not loaded")
-        self.notify(f"{op} failed" if message != "cancelled" else f"{op} cancelled", message, error=message != "cancelled")
+        self.notify(
+            f"{op} failed" if message != "cancelled" else f"{op} cancelled", message, error=message != "cancelled"
+        )
 
     # -- actions --------------------------------------------------------------------------------
     def ask(self) -> None:
@@ -257,8 +290,12 @@ class MainWindow(QMainWindow):
         r = self.last_answer
         if not r:
             return
-        answer, ok = QInputDialog.getText(self, "Confirm and deposit",
-                                          "The right answer (you vouch for it; confirm or correct it):", text=r["answer"].splitlines()[0][:200])
+        answer, ok = QInputDialog.getText(
+            self,
+            "Confirm and deposit",
+            "The right answer (you vouch for it; confirm or correct it):",
+            text=r["answer"].splitlines()[0][:200],
+        )
         if ok and answer.strip():
             self.client.request_deposit_solution.emit(r["question"], r["answer"], answer.strip())
 
@@ -327,8 +364,12 @@ class MainWindow(QMainWindow):
         models = [p for p in paths if Path(p).suffix.lower() == ".gguf"]
         others = [p for p in paths if p not in packs and p not in models]
         if others:
-            self.notify("Not imported", "kvgraft takes .kvpack packs, .jsonl problem files and .gguf models:\n"
-                        + "\n".join(Path(p).name for p in others), error=True)
+            self.notify(
+                "Not imported",
+                "kvgraft takes .kvpack packs, .jsonl problem files and .gguf models:\n"
+                + "\n".join(Path(p).name for p in others),
+                error=True,
+            )
         if packs:
             self.client.request_import.emit(packs)
         for m in models[:1]:
@@ -340,9 +381,13 @@ class MainWindow(QMainWindow):
         except NotAModel as exc:
             self.notify("Not a model", str(exc), error=True)
             return
-        if self.confirm("Switch model", f"Switch to {info['name']} ({info['architecture']}, {info['size_bytes'] / 1e6:,.0f} MB)?"):
+        if self.confirm(
+            "Switch model", f"Switch to {info['name']} ({info['architecture']}, {info['size_bytes'] / 1e6:,.0f} MB)?"
+        ):
             s = self.settings
-            self.apply_settings(Settings(model=Path(info["path"]), n_ctx=s.n_ctx, n_threads=s.n_threads, n_gpu_layers=s.n_gpu_layers))
+            self.apply_settings(
+                Settings(model=Path(info["path"]), n_ctx=s.n_ctx, n_threads=s.n_threads, n_gpu_layers=s.n_gpu_layers)
+            )
 
     def confirm(self, title: str, text: str) -> bool:
         return QMessageBox.question(self, title, text) == QMessageBox.Yes
@@ -357,7 +402,8 @@ class MainWindow(QMainWindow):
         disk = f", {stats['bytes'] / 1e6:,.0f} MB on disk" if stats.get("bytes") else ""
         self.library_label.setText(
             f"library: {stats['entries']:,} entries, {stats['tokens']:,} tokens = {stats['context_multiple']:.1f}x the "
-            f"{self.settings.n_ctx:,}-token context{disk}")
+            f"{self.settings.n_ctx:,}-token context{disk}"
+        )
 
 
 def run(argv: list[str] | None = None) -> int:
@@ -371,4 +417,17 @@ def run(argv: list[str] | None = None) -> int:
     files = [a for a in argv[1:] if not a.startswith("-")]
     if files:
         QTimer.singleShot(0, lambda: win.open_files(files))
-    return app.exec()
+    code = app.exec()
+    close_window(win)
+    return code
+
+
+def close_window(win: MainWindow) -> None:
+    """Tear the window down before the interpreter does: the worker thread stopped, its warm
+    context, library and model freed in that order (closeEvent), then the widgets deleted and
+    every Python wrapper collected while Qt and llama.cpp are still whole."""
+    if not win._closed:
+        win.close()
+    win.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.DeferredDelete)
+    gc.collect()

@@ -5,11 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtCore import QSettings
-from PySide6.QtWidgets import (QDialog, QDialogButtonBox, QFileDialog, QFormLayout, QHBoxLayout, QLineEdit,
-                               QPushButton, QSpinBox, QWidget)
+from PySide6.QtWidgets import (
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
 
-from app.runtime import Settings, physical_cores
-
+from kvgraft.app.runtime import Settings, physical_cores
 
 
 def load_settings(qs: QSettings) -> Settings:
@@ -61,5 +69,9 @@ class SettingsDialog(QDialog):
 
     def result_settings(self) -> Settings:
         text = self.model.text().strip()
-        return Settings(model=Path(text) if text else None, n_ctx=self.n_ctx.value(), n_threads=self.threads.value(),
-                        n_gpu_layers=self.gpu_layers.value())
+        return Settings(
+            model=Path(text) if text else None,
+            n_ctx=self.n_ctx.value(),
+            n_threads=self.threads.value(),
+            n_gpu_layers=self.gpu_layers.value(),
+        )

@@ -13,15 +13,14 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from app.ask import ask as run_ask
-from app.errors import Cancelled as OperationCancelled
-from app.errors import EngineError, LibraryError
-from app.library_service import LibraryService, open_library
-from app.packs import export_pack, import_pack
-from app.problems import read_jsonl
-from app.runtime import Settings, open_engine
-from app.verify import library_items, run_verify
-
+from kvgraft.app.ask import ask as run_ask
+from kvgraft.app.errors import Cancelled as OperationCancelled
+from kvgraft.app.errors import EngineError, LibraryError
+from kvgraft.app.library_service import LibraryService, open_library
+from kvgraft.app.packs import export_pack, import_pack
+from kvgraft.app.problems import read_jsonl
+from kvgraft.app.runtime import Settings, open_engine
+from kvgraft.app.verify import library_items, run_verify
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +105,15 @@ class EngineWorker(QObject):
                 self.status.emit("putting the model in place...")
                 self.engine = open_engine(self.settings, on_progress=self.status.emit)
             info = self.engine.model.info
-            self.ready.emit({"model": info.name, "path": info.path, "backend": self.engine.backend,
-                             "fingerprint": self.engine.fingerprint, "n_ctx": self.engine.config.n_ctx})
+            self.ready.emit(
+                {
+                    "model": info.name,
+                    "path": info.path,
+                    "backend": self.engine.backend,
+                    "fingerprint": self.engine.fingerprint,
+                    "n_ctx": self.engine.config.n_ctx,
+                }
+            )
 
         self._run("start", go)
 
@@ -133,14 +139,20 @@ class EngineWorker(QObject):
 
     @Slot(str, str, str)
     def deposit(self, text: str, question: str, answer: str) -> None:
-        self._deposit(lambda svc, progress: svc.deposit(text, question=question or None, answer=answer or None,
-                                                        on_progress=progress))
+        self._deposit(
+            lambda svc, progress: svc.deposit(
+                text, question=question or None, answer=answer or None, on_progress=progress
+            )
+        )
 
     @Slot(str, str, str)
     def deposit_solution(self, question: str, solution: str, answer: str) -> None:
         """An answer the user confirmed, stored in the format the model copies from (app/problems.py)."""
-        self._deposit(lambda svc, progress: svc.deposit_solution(question, solution, answer, on_progress=progress,
-                                                                 vouched_by="you"))
+        self._deposit(
+            lambda svc, progress: svc.deposit_solution(
+                question, solution, answer, on_progress=progress, vouched_by="you"
+            )
+        )
 
     @Slot(list)
     def import_files(self, paths: list) -> None:
@@ -155,10 +167,13 @@ class EngineWorker(QObject):
                         problems = read_jsonl(p)
                         for i, prob in enumerate(problems):
                             self._check_cancel()
-                            res = service.deposit_solution(prob.question, prob.solution, prob.answer, checker=prob.checker)
+                            res = service.deposit_solution(
+                                prob.question, prob.solution, prob.answer, checker=prob.checker
+                            )
                             summary["imported" if res.created else "skipped"] += 1
                             self.progress.emit(f"building {p.name}", i + 1, len(problems))
                     else:
+
                         def progress(stage, done, total, name=p.name):
                             self.progress.emit(f"{name}: {stage}", done, total)
                             self._check_cancel()  # an import is all or nothing: stopping midway changes nothing

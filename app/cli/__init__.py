@@ -5,12 +5,11 @@ from __future__ import annotations
 import click
 
 from .. import __version__
+from .answer_cmds import COMMANDS as ANSWER_COMMANDS
+from .bench_cmd import bench
 from .common import setup_logging
 from .demo_cmd import demo
 from .engine_cmds import doctor, selftest
-from .answer_cmds import COMMANDS as ANSWER_COMMANDS
-from .app_cmd import app_cmd
-from .bench_cmd import bench
 from .keys_cmds import keys
 from .library_cmds import COMMANDS as LIBRARY_COMMANDS
 from .pack_cmds import COMMANDS as PACK_COMMANDS
@@ -27,7 +26,6 @@ def cli(verbose: int) -> None:
 cli.add_command(doctor)
 cli.add_command(selftest)
 cli.add_command(demo)
-cli.add_command(app_cmd)
 cli.add_command(bench)
 cli.add_command(keys)
 for _cmd in LIBRARY_COMMANDS + PACK_COMMANDS + ANSWER_COMMANDS:
@@ -35,4 +33,5 @@ for _cmd in LIBRARY_COMMANDS + PACK_COMMANDS + ANSWER_COMMANDS:
 
 
 def main() -> None:
+    """The CLI without the window's `app` command (kvgraft.entry adds it: app/ never imports ui/)."""
     cli(prog_name="kvgraft")

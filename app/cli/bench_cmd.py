@@ -14,8 +14,12 @@ from .common import emit_json, engine_options, handle_errors
 @click.command()
 @click.option("--quick", is_flag=True, help="512/1,024/2,048 tokens, fewer runs (under 3 minutes on 2 cores).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results JSON on stdout.")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-              help="Also write bench.json, bench.md and bench.png (matplotlib: the `plot` extra) there.")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also write bench.json, bench.md and bench.png (matplotlib: the `plot` extra) there.",
+)
 @engine_options
 @handle_errors
 def bench(state, quick, as_json, out_dir) -> None:

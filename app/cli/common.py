@@ -19,9 +19,9 @@ from pathlib import Path
 
 import click
 
-from engine.config import physical_cores
-from engine.errors import EngineError
-from library.errors import LibraryError
+from kvgraft.engine.config import physical_cores
+from kvgraft.engine.errors import EngineError
+from kvgraft.library.errors import LibraryError
 
 from ..model_store import ModelStoreError
 from ..runtime import Settings, open_engine
@@ -43,24 +43,47 @@ class CliState:
 def engine_options(f):
     """Options every command that runs the model accepts."""
     opts = [
-        click.option("--model", "model", type=click.Path(dir_okay=False, path_type=Path), default=None,
-                     help="GGUF model file (default: the embedded Gemma 3 270M)."),
-        click.option("--n-ctx", type=click.IntRange(16), default=8192, show_default=True,
-                     help="Context size in tokens (up to the model's trained context)."),
-        click.option("--threads", type=click.IntRange(1), default=None,
-                     help="CPU threads (default: physical cores)."),
-        click.option("--gpu-layers", type=click.IntRange(0), default=0, show_default=True,
-                     help="Layers to offload to the GPU (CUDA builds only)."),
-        click.option("--flash-attn/--no-flash-attn", default=False, show_default=True,
-                     help="Flash attention (explicit: it changes the bits)."),
+        click.option(
+            "--model",
+            "model",
+            type=click.Path(dir_okay=False, path_type=Path),
+            default=None,
+            help="GGUF model file (default: the embedded Gemma 3 270M).",
+        ),
+        click.option(
+            "--n-ctx",
+            type=click.IntRange(16),
+            default=8192,
+            show_default=True,
+            help="Context size in tokens (up to the model's trained context).",
+        ),
+        click.option("--threads", type=click.IntRange(1), default=None, help="CPU threads (default: physical cores)."),
+        click.option(
+            "--gpu-layers",
+            type=click.IntRange(0),
+            default=0,
+            show_default=True,
+            help="Layers to offload to the GPU (CUDA builds only).",
+        ),
+        click.option(
+            "--flash-attn/--no-flash-attn",
+            default=False,
+            show_default=True,
+            help="Flash attention (explicit: it changes the bits).",
+        ),
     ]
     for opt in reversed(opts):
         f = opt(f)
 
     @functools.wraps(f)
     def wrapper(*args, model, n_ctx, threads, gpu_layers, flash_attn, **kwargs):
-        settings = Settings(model=model, n_ctx=n_ctx, n_threads=threads or physical_cores(),
-                            n_gpu_layers=gpu_layers, flash_attn=flash_attn)
+        settings = Settings(
+            model=model,
+            n_ctx=n_ctx,
+            n_threads=threads or physical_cores(),
+            n_gpu_layers=gpu_layers,
+            flash_attn=flash_attn,
+        )
         return f(*args, state=CliState(settings), **kwargs)
 
     return wrapper

@@ -11,7 +11,9 @@ from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors
 
 
 @click.command()
-@click.option("--budget", type=click.IntRange(1), default=96, show_default=True, help="Decode-token budget per fresh answer.")
+@click.option(
+    "--budget", type=click.IntRange(1), default=96, show_default=True, help="Decode-token budget per fresh answer."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result (the receipts) as JSON on stdout.")
 @engine_options
 @handle_errors
@@ -28,6 +30,9 @@ def demo(state, budget: int, as_json: bool) -> None:
         emit_json(result)
     else:
         click.echo(format_demo(result))
-        click.echo(f"engine fingerprint {result['kvgraft_fingerprint'][:16]}...; every graft exact: {'yes' if result['all_exact'] else 'NO'}")
+        click.echo(
+            f"engine fingerprint {result['kvgraft_fingerprint'][:16]}...; every graft exact: "
+            f"{'yes' if result['all_exact'] else 'NO'}"
+        )
     if not result["all_exact"]:
         sys.exit(EXIT_CHECK_FAILED)

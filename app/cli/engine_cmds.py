@@ -25,15 +25,21 @@ def doctor(state, as_json: bool) -> None:
     lines = [
         f"kvgraft           {report['kvgraft']} (python {report['python']})",
         f"llama-cpp-python  {report['packages']['llama-cpp-python']}",
-        f"backend           {report['backend']} (GPU offload supported: {'yes' if report['gpu_offload_supported'] else 'no'})",
+        f"backend           {report['backend']} (GPU offload supported: "
+        f"{'yes' if report['gpu_offload_supported'] else 'no'})",
         f"model             {m['name']} ({m['architecture']}, {m['n_layer']} layers, sliding window {m['n_swa']})",
         f"model file        {m['path']}",
         f"model sha256      {m['sha256']}",
-        f"context           n_ctx {report['config']['n_ctx']}, flash attention {'on' if report['config']['flash_attn'] else 'off'}, "
+        f"context           n_ctx {report['config']['n_ctx']}, flash attention "
+        f"{'on' if report['config']['flash_attn'] else 'off'}, "
         f"KV {report['config']['type_k']}/{report['config']['type_v']}, {report['config']['n_threads']} threads",
         f"KV bytes/token    {report['kv_bytes_per_token']:,}",
-        "compaction        " + (f"on: window-layer cells {report['compaction']['n_swa']:,} or more behind are stored as zero runs"
-                                if report["compaction"]["active"] else "off (no standard sliding window)"),
+        "compaction        "
+        + (
+            f"on: window-layer cells {report['compaction']['n_swa']:,} or more behind are stored as zero runs"
+            if report["compaction"]["active"]
+            else "off (no standard sliding window)"
+        ),
         f"data dir          {report['data_dir']}",
         f"model cache       {report['model_dir']}",
         f"fingerprint       {report['fingerprint']}",

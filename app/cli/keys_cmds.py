@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from library.signing import generate_key, public_identity
+from kvgraft.library.signing import generate_key, public_identity
 
 from ..library_service import open_library
 from ..packs import keys_dir, trust_store
@@ -39,7 +39,10 @@ def generate(name: str) -> None:
         raise click.UsageError(f"a key named {name!r} already exists")
     signer = generate_key(path)
     trust_store().trust(signer.public_key_b64, name)
-    click.echo(f"key {name}: id {signer.key_id}\npublic key (give this to people who import your packs): {signer.public_key_b64}")
+    click.echo(
+        f"key {name}: id {signer.key_id}\npublic key (give this to people who import your packs): "
+        f"{signer.public_key_b64}"
+    )
 
 
 @keys.command(name="list")
@@ -85,5 +88,7 @@ def untrust(key_id: str) -> None:
         raise click.UsageError(f"{key_id} is not a trusted key")
     with open_library() as lib:
         n = lib.revoke_signer(key_id)
-    click.echo(f"no longer trusted: {key_id}" + (f"; {n} entries it signed are unproven now (kvgraft verify --library "
-                                                   "--replay can prove them)" if n else ""))
+    click.echo(
+        f"no longer trusted: {key_id}"
+        + (f"; {n} entries it signed are unproven now (kvgraft verify --library --replay can prove them)" if n else "")
+    )

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from library.maintenance import fsck as run_fsck
-from library.maintenance import gc as run_gc
+from kvgraft.library.maintenance import fsck as run_fsck
+from kvgraft.library.maintenance import gc as run_gc
 
 from ..compaction import compact_library, uncompacted
 from ..library_service import LibraryService, open_library
@@ -35,8 +35,12 @@ def _read_text(text: str | None, source: str | None) -> str:
 @click.option("--question", help="The question this text answers (exact-match key).")
 @click.option("--answer", help="The answer, if any (makes it a solution); stated, not verified, unless --confirmed.")
 @click.option("--confirmed", is_flag=True, help="You vouch that --answer is right: it is stored as verified by you.")
-@click.option("--kind", type=click.Choice(["solution", "document", "prefix"]), default=None,
-              help="Entry kind (default: solution when --answer is given, else document).")
+@click.option(
+    "--kind",
+    type=click.Choice(["solution", "document", "prefix"]),
+    default=None,
+    help="Entry kind (default: solution when --answer is given, else document).",
+)
 @click.option("--title", help="A title (default: the question or the first line).")
 @click.option("--json", "as_json", is_flag=True, help="Print id and blob_sha256 as JSON.")
 @engine_options
@@ -52,21 +56,33 @@ def deposit(state, source, text, question, answer, kind, title, confirmed, as_js
         raise click.UsageError("--confirmed vouches for an --answer: give one")
     engine = state.engine()
     with open_library() as lib, LibraryService(engine, lib) as service:
-        res = service.deposit(body, question=question, answer=answer, kind=kind, title=title,
-                              on_progress=token_progress("prefill"), vouched_by="you" if confirmed else None)
+        res = service.deposit(
+            body,
+            question=question,
+            answer=answer,
+            kind=kind,
+            title=title,
+            on_progress=token_progress("prefill"),
+            vouched_by="you" if confirmed else None,
+        )
     if as_json:
         emit_json(res.as_dict())
     else:
         verb = "deposited" if res.created else "already stored as"
-        click.echo(f"{verb} entry #{res.entry.id}: {res.entry.n_tokens:,} tokens, blob {res.entry.blob_sha256[:16]}... "
-                   f"({res.entry.blob_size / 1e6:.1f} MB)" + (f", prefill {res.prefill_s:.2f} s" if res.created else ""))
+        click.echo(
+            f"{verb} entry #{res.entry.id}: {res.entry.n_tokens:,} tokens, blob {res.entry.blob_sha256[:16]}... "
+            f"({res.entry.blob_size / 1e6:.1f} MB)" + (f", prefill {res.prefill_s:.2f} s" if res.created else "")
+        )
 
 
 @click.command(name="list")
 @click.option("--kind", type=click.Choice(["solution", "document", "prefix"]), default=None, help="Only this kind.")
 @click.option("--limit", type=click.IntRange(1), default=None, help="At most this many entries.")
-@click.option("--check", is_flag=True,
-              help="Load the model and mark which entries this engine can graft (the rest need a rebuild).")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Load the model and mark which entries this engine can graft (the rest need a rebuild).",
+)
 @click.option("--json", "as_json", is_flag=True, help="A JSON list of entries.")
 @engine_options
 @handle_errors
@@ -83,18 +99,26 @@ def list_entries(state, kind, limit, check, as_json) -> None:
         click.echo(_table(entries, fingerprint))
         unproven = sum(not e.proven for e in entries)
         if unproven:
-            click.echo(f"{unproven} unproven entries are never grafted; kvgraft verify --library --replay proves them", err=True)
+            click.echo(
+                f"{unproven} unproven entries are never grafted; kvgraft verify --library --replay proves them",
+                err=True,
+            )
 
 
 def _table(entries, fingerprint: str | None = None) -> str:
     graft = fingerprint is not None
-    lines = [f"{'id':>5}  {'kind':<8}  {'tokens':>7}  {'answer':<8}  {'proof':<16}  " + ("graftable      " if graft else "")
-             + f"{'blob':<16}  title"]
+    lines = [
+        f"{'id':>5}  {'kind':<8}  {'tokens':>7}  {'answer':<8}  {'proof':<16}  "
+        + ("graftable      " if graft else "")
+        + f"{'blob':<16}  title"
+    ]
     for e in entries:
         flag = "damaged" if e.damaged else ("verified" if e.verified else ("stated" if e.answer is not None else "-"))
         g = f"{_graftable_word(e, fingerprint):<15}" if graft else ""
-        lines.append(f"{e.id:>5}  {e.kind:<8}  {e.n_tokens:>7,}  {flag:<8}  {e.proof[:16]:<16}  {g}{e.blob_sha256[:16]}  "
-                     f"{(e.title or '')[:60]}")
+        lines.append(
+            f"{e.id:>5}  {e.kind:<8}  {e.n_tokens:>7,}  {flag:<8}  {e.proof[:16]:<16}  {g}{e.blob_sha256[:16]}  "
+            f"{(e.title or '')[:60]}"
+        )
     return "\n".join(lines)
 
 
@@ -133,19 +157,40 @@ def show(entry_id, as_json) -> None:
         on_disk = lib.blobs.size(e.blob_sha256)
     provenance = provenance_text(pack)
     if as_json:
-        emit_json(e.as_dict() | {"provenance": provenance, "signed_by": pack["signer"] if pack else None,
-                                 "blob_stored_size": on_disk, "verified": e.verified, "verified_by": e.vouched_by})
+        emit_json(
+            e.as_dict()
+            | {
+                "provenance": provenance,
+                "signed_by": pack["signer"] if pack else None,
+                "blob_stored_size": on_disk,
+                "verified": e.verified,
+                "verified_by": e.vouched_by,
+            }
+        )
         return
     rows = [
-        ("entry", f"#{e.id} ({e.kind})"), ("title", e.title), ("question", e.question), ("answer", e.answer),
+        ("entry", f"#{e.id} ({e.kind})"),
+        ("title", e.title),
+        ("question", e.question),
+        ("answer", e.answer),
         ("tokens", f"{e.n_tokens:,} (sha256 {e.tokens_sha256})"),
-        ("blob", f"{e.blob_sha256} ({e.blob_size:,} bytes, "
-                 + (f"{on_disk:,} on disk)" if on_disk is not None else "missing from disk)")),
+        (
+            "blob",
+            f"{e.blob_sha256} ({e.blob_size:,} bytes, "
+            + (f"{on_disk:,} on disk)" if on_disk is not None else "missing from disk)"),
+        ),
         ("fingerprint", e.fingerprint),
-        ("model", e.model_sha256), ("source", provenance), ("proof", proof_words(e.proof)),
-        ("answer is", (f"verified by {e.vouched_by} at {e.verified_at}" if e.verified else "stated, not verified")
-         if e.answer is not None else None),
-        ("created", e.created_at), ("damaged", e.damaged),
+        ("model", e.model_sha256),
+        ("source", provenance),
+        ("proof", proof_words(e.proof)),
+        (
+            "answer is",
+            (f"verified by {e.vouched_by} at {e.verified_at}" if e.verified else "stated, not verified")
+            if e.answer is not None
+            else None,
+        ),
+        ("created", e.created_at),
+        ("damaged", e.damaged),
     ]
     click.echo("\n".join(f"{k:<12} {v}" for k, v in rows if v is not None))
     click.echo("\n" + e.text)
@@ -194,12 +239,18 @@ def gc(as_json) -> None:
     if as_json:
         emit_json(res)
     else:
-        click.echo(f"removed {res['removed_blobs']} blobs ({res['removed_bytes'] / 1e6:.1f} MB), "
-                   f"{res['removed_temp_files']} temp files, {res['removed_pending']} stale pending records")
+        click.echo(
+            f"removed {res['removed_blobs']} blobs ({res['removed_bytes'] / 1e6:.1f} MB), "
+            f"{res['removed_temp_files']} temp files, {res['removed_pending']} stale pending records"
+        )
 
 
 @click.command()
-@click.option("--repair", is_flag=True, help="Repair what is safe: compact blobs from before compaction, reclaim leftovers, fix index rows, mark damage.")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Repair what is safe: compact blobs from before compaction, reclaim leftovers, fix index rows, mark damage.",
+)
 @click.option("--quick", is_flag=True, help="Skip re-hashing every blob (sizes and presence only).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (ok, problems, reclaimable).")
 @handle_errors
@@ -219,7 +270,8 @@ def fsck(repair, quick, as_json) -> None:
         res["compacted"] = compacted
         res["repaired"].append(
             f"compacted {compacted['converted']} blobs from before compaction: "
-            f"{compacted['bytes_before'] / 1e6:,.1f} MB -> {compacted['bytes_after'] / 1e6:,.1f} MB")
+            f"{compacted['bytes_before'] / 1e6:,.1f} MB -> {compacted['bytes_after'] / 1e6:,.1f} MB"
+        )
         for sk in compacted["skipped"]:
             res["repaired"].append(f"not compacted: blob {sk['blob'][:16]}...: {sk['skipped']}")
     if as_json:
@@ -231,22 +283,38 @@ def fsck(repair, quick, as_json) -> None:
             click.echo(f"reclaimable: {r['kind']} {r.get('blob') or r.get('path') or r.get('id')}")
         for r in res["repaired"]:
             click.echo(f"repaired: {r}")
-        click.echo(f"{res['entries']} entries, {res['blobs_on_disk']} blobs: "
-                   + ("ok" if res["ok"] else f"{len(res['problems'])} problems"))
+        click.echo(
+            f"{res['entries']} entries, {res['blobs_on_disk']} blobs: "
+            + ("ok" if res["ok"] else f"{len(res['problems'])} problems")
+        )
         if res["uncompacted"]:
-            click.echo(f"{res['uncompacted']} blobs from before compaction ("
-                       + ("their model file is not here" if repair else "run kvgraft fsck --repair to compact them") + ")")
+            click.echo(
+                f"{res['uncompacted']} blobs from before compaction ("
+                + ("their model file is not here" if repair else "run kvgraft fsck --repair to compact them")
+                + ")"
+            )
     if not res["ok"]:
         sys.exit(EXIT_CHECK_FAILED)
 
 
 @click.command()
-@click.option("--n-ctx", type=click.IntRange(16), default=8192, show_default=True,
-              help="Context size to express the library's size against.")
-@click.option("--json", "as_json", is_flag=True, help="entries, blobs, bytes on disk, tokens, bytes per token, context_multiple as JSON.")
+@click.option(
+    "--n-ctx",
+    type=click.IntRange(16),
+    default=8192,
+    show_default=True,
+    help="Context size to express the library's size against.",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="entries, blobs, bytes on disk, tokens, bytes per token, context_multiple as JSON.",
+)
 @handle_errors
 def stats(n_ctx, as_json) -> None:
-    """Library size: entries, blobs, bytes on disk, bytes per stored token, and tokens as a multiple of the context window."""
+    """Library size: entries, blobs, bytes on disk, bytes per stored token, and tokens as a multiple
+    of the context window."""
     with open_library() as lib:
         res = lib.stats(n_ctx=n_ctx)
     if as_json:
@@ -260,10 +328,16 @@ def stats(n_ctx, as_json) -> None:
             f"bytes per stored token: {bpt} on disk ({cbpt} uncompacted)\n"
             f"usable context: {res['context_multiple']:,.2f} x n_ctx {n_ctx:,}"
             + (f"\n{res['damaged']} damaged entries (run kvgraft fsck)" if res["damaged"] else "")
-            + (f"\n{res['unproven']} unproven entries, never grafted (kvgraft verify --library --replay proves them)"
-               if res["unproven"] else "")
-            + (f"\n{res['uncompacted_blobs']} blobs from before compaction (run kvgraft fsck --repair to compact them)"
-               if res["uncompacted_blobs"] else "")
+            + (
+                f"\n{res['unproven']} unproven entries, never grafted (kvgraft verify --library --replay proves them)"
+                if res["unproven"]
+                else ""
+            )
+            + (
+                f"\n{res['uncompacted_blobs']} blobs from before compaction (run kvgraft fsck --repair to compact them)"
+                if res["uncompacted_blobs"]
+                else ""
+            )
         )
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from engine.errors import EngineError
-from library.errors import LibraryError
+from kvgraft.engine.errors import EngineError
+from kvgraft.library.errors import LibraryError
 
 from ..library_service import LibraryService, open_library
 from ..packs import build_pack, export_pack, import_pack
@@ -18,10 +18,17 @@ from .keys_cmds import resolve_key
 
 @click.command()
 @click.argument("entry_ids", type=int, nargs=-1)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The .kvpack file to write.")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The .kvpack file to write."
+)
 @click.option("--query", help="Export the entries a full-text search finds.")
 @click.option("--all", "all_", is_flag=True, help="Export every entry.")
-@click.option("--sign", "sign", metavar="KEY", help="Sign the pack with this key (a name from `kvgraft keys list`, or a key file).")
+@click.option(
+    "--sign",
+    "sign",
+    metavar="KEY",
+    help="Sign the pack with this key (a name from `kvgraft keys list`, or a key file).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print file, entries, blobs, bytes and sha256 as JSON.")
 @handle_errors
 def export(entry_ids, output, query, all_, sign, as_json) -> None:
@@ -39,17 +46,30 @@ def export(entry_ids, output, query, all_, sign, as_json) -> None:
     if as_json:
         emit_json(res)
     else:
-        click.echo(f"wrote {res['file']}: {res['entries']} entries, {res['blobs']} blobs, {res['bytes'] / 1e6:.1f} MB, sha256 {res['sha256']}"
-                   + (f", signed by {res['signed_by']}" if res["signed_by"] else ", unsigned"))
+        click.echo(
+            f"wrote {res['file']}: {res['entries']} entries, {res['blobs']} blobs, {res['bytes'] / 1e6:.1f} MB, "
+            f"sha256 {res['sha256']}" + (f", signed by {res['signed_by']}" if res["signed_by"] else ", unsigned")
+        )
 
 
 @click.command(name="import")
 @click.argument("files", type=click.Path(dir_okay=False, path_type=Path), nargs=-1, required=True)
-@click.option("--rebuild", is_flag=True, help="A pack for another model or fingerprint: import its texts and rebuild the blobs here.")
-@click.option("--require-signed", is_flag=True, help="Refuse packs that are not signed by a trusted key (kvgraft keys).")
-@click.option("--no-replay", is_flag=True,
-              help="Do not replay unsigned entries: import them unproven (listed, never grafted until verify --replay).")
-@click.option("--json", "as_json", is_flag=True, help="Print imported, skipped (counts) and refused [{file, reason}] as JSON.")
+@click.option(
+    "--rebuild",
+    is_flag=True,
+    help="A pack for another model or fingerprint: import its texts and rebuild the blobs here.",
+)
+@click.option(
+    "--require-signed", is_flag=True, help="Refuse packs that are not signed by a trusted key (kvgraft keys)."
+)
+@click.option(
+    "--no-replay",
+    is_flag=True,
+    help="Do not replay unsigned entries: import them unproven (listed, never grafted until verify --replay).",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print imported, skipped (counts) and refused [{file, reason}] as JSON."
+)
 @engine_options
 @handle_errors
 def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
@@ -68,8 +88,14 @@ def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
     with open_library() as lib, LibraryService(engine, lib) as service:
         for f in files:
             try:
-                res = import_pack(service, f, rebuild=rebuild, progress=stage_progress(f"import {Path(f).name}"),
-                                  require_signed=require_signed, replay=not no_replay)
+                res = import_pack(
+                    service,
+                    f,
+                    rebuild=rebuild,
+                    progress=stage_progress(f"import {Path(f).name}"),
+                    require_signed=require_signed,
+                    replay=not no_replay,
+                )
             except (LibraryError, EngineError, OSError) as exc:  # refused: this pack only, the others go on
                 refused.append({"file": str(f), "reason": str(exc)})
                 if not as_json:
@@ -80,26 +106,48 @@ def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
             replayed += res.get("replayed", 0)
             replay_s += res.get("replay_s", 0.0)
             if not as_json:
-                click.echo(f"imported {f}: {res['imported']} entries" + (f", {res['skipped']} already present" if res["skipped"] else "")
-                           + (f" ({res['rebuilt']} rebuilt here)" if res["rebuilt"] else "")
-                           + (f", signed by {res['signed_by']}" + ("" if res.get("signer_trusted") else " (not a key you trust)")
-                              if res["signed_by"] else ", unsigned"))
+                click.echo(
+                    f"imported {f}: {res['imported']} entries"
+                    + (f", {res['skipped']} already present" if res["skipped"] else "")
+                    + (f" ({res['rebuilt']} rebuilt here)" if res["rebuilt"] else "")
+                    + (
+                        f", signed by {res['signed_by']}"
+                        + ("" if res.get("signer_trusted") else " (not a key you trust)")
+                        if res["signed_by"]
+                        else ", unsigned"
+                    )
+                )
                 if res.get("replayed"):
-                    click.echo(f"  proof: {res['replayed']} entries replayed here ({res['replay_tokens']:,} tokens prefilled in "
-                               f"{res['replay_s']:.1f} s), each reproduced its blob's SHA-256")
+                    click.echo(
+                        f"  proof: {res['replayed']} entries replayed here ({res['replay_tokens']:,} tokens "
+                        "prefilled in "
+                        f"{res['replay_s']:.1f} s), each reproduced its blob's SHA-256"
+                    )
                 if res.get("proof", {}).get("unproven"):
-                    click.echo(f"  {res['proof']['unproven']} entries unproven (never grafted; kvgraft verify --library --replay "
-                               "proves them)")
+                    click.echo(
+                        f"  {res['proof']['unproven']} entries unproven (never grafted; kvgraft verify --library "
+                        "--replay "
+                        "proves them)"
+                    )
     if as_json:
-        emit_json({"imported": imported, "skipped": skipped, "refused": refused, "replayed": replayed,
-                   "replay_s": round(replay_s, 3)})
+        emit_json(
+            {
+                "imported": imported,
+                "skipped": skipped,
+                "refused": refused,
+                "replayed": replayed,
+                "replay_s": round(replay_s, 3),
+            }
+        )
     if refused:
         sys.exit(EXIT_CHECK_FAILED)
 
 
 @click.command()
 @click.argument("problems", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The .kvpack file to write.")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True, help="The .kvpack file to write."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the exported pack's summary as JSON.")
 @engine_options
 @handle_errors
@@ -111,7 +159,9 @@ def build(state, problems, output, as_json) -> None:
     if as_json:
         emit_json(res)
     else:
-        click.echo(f"built {res['file']}: {res['entries']} entries, {res['bytes'] / 1e6:.1f} MB, sha256 {res['sha256']}")
+        click.echo(
+            f"built {res['file']}: {res['entries']} entries, {res['bytes'] / 1e6:.1f} MB, sha256 {res['sha256']}"
+        )
 
 
 COMMANDS = [export, import_, build]

@@ -1,0 +1,111 @@
+"""The house's boundaries, checked: one installed name, the layer contracts, no old-style imports.
+
+`make test` runs `lint-imports` on the real tree (the contracts are in pyproject.toml); these tests
+show that each contract fails on a planted violation, that the installed package imports from
+outside the repository, and that no file still imports the four folders as top-level packages.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from scripts.check_imports import layout_copy, lint_imports
+
+REPO = Path(__file__).resolve().parent.parent
+FOLDERS = ("app", "engine", "library", "ui")
+
+
+def _python_files():
+    for top in (*FOLDERS, "tests", "scripts", "packaging"):
+        yield from sorted((REPO / top).rglob("*.py"))
+
+
+def test_no_top_level_imports_of_the_four_folders():
+    """`python -m pytest` puts the repo root on sys.path, so `from engine...` would still pass there."""
+    offenders = []
+    for path in _python_files():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            offenders += [f"{path.relative_to(REPO)}:{node.lineno}: {n}" for n in names if n.split(".")[0] in FOLDERS]
+    assert not offenders, "import these as kvgraft.<folder>:\n" + "\n".join(offenders)
+
+
+def _outside(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["QT_QPA_PLATFORM"] = "offscreen"
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_installed_package_imports_from_outside_the_repo(tmp_path):
+    """Every kvgraft module imports in a process started outside the repo; nothing else top-level is installed."""
+    code = """
+import importlib, importlib.util, pkgutil, sys
+import kvgraft
+assert sys.path[0] == "" or "kvgraft" not in sys.path[0]
+names = ["kvgraft"]
+for sub in ("app", "engine", "library", "ui"):
+    pkg = importlib.import_module("kvgraft." + sub)
+    names += ["kvgraft." + sub] + [m.name for m in pkgutil.walk_packages(pkg.__path__, "kvgraft." + sub + ".")]
+names += ["kvgraft.entry"]
+for n in names:
+    importlib.import_module(n)
+print(len(names))
+for top in ("app", "engine", "library", "ui"):
+    assert importlib.util.find_spec(top) is None, top + " is importable as a top-level package"
+"""
+    proc = _outside(code, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert int(proc.stdout.strip()) > 60  # every module of the four folders, not just the package roots
+
+
+def test_import_app_fails_outside_the_repo(tmp_path):
+    proc = _outside("import app", tmp_path)
+    assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr
+
+
+def test_contracts_hold_on_the_tree(tmp_path):
+    layout_copy(tmp_path)
+    proc = lint_imports(tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "5 kept, 0 broken" in proc.stdout
+
+
+PLANTED = [
+    # (contract name, file to plant in, the import planted)
+    ("only engine/ imports llama_cpp", "app/doctor.py", "import llama_cpp"),
+    ("only engine/ imports llama_cpp", "library/pack.py", "import llama_cpp"),
+    ("engine/ and library/ import neither Qt nor app/ nor ui/", "engine/state.py", "import PySide6.QtCore"),
+    ("engine/ and library/ import neither Qt nor app/ nor ui/", "library/records.py", "import kvgraft.app.errors"),
+    (
+        "library/ does not import engine/ (no llama.cpp below the library)",
+        "library/pack.py",
+        "import kvgraft.engine.state",
+    ),
+    ("ui/ reaches llama.cpp and SQLite only through app/", "ui/library_table.py", "import sqlite3"),
+    ("ui/ reaches llama.cpp and SQLite only through app/", "ui/library_table.py", "import kvgraft.library.index"),
+    ("ui/ reaches llama.cpp and SQLite only through app/", "ui/worker.py", "import llama_cpp"),
+    ("app/ does not import ui/", "app/ask.py", "import kvgraft.ui.worker"),
+]
+
+
+@pytest.mark.parametrize("contract,target,line", PLANTED, ids=[f"{t}:{ln}" for _, t, ln in PLANTED])
+def test_each_contract_fails_on_a_planted_violation(tmp_path, contract, target, line):
+    root = layout_copy(tmp_path)
+    path = root / target
+    path.write_text(path.read_text() + f"\n{line}  # planted\n")
+    proc = lint_imports(tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{contract} BROKEN" in proc.stdout  # the contract meant for it (a planted import may break others too)
+    assert f"{target[:-3].replace('/', '.')} ->" in proc.stdout.split("Broken contracts", 1)[1]
