@@ -64,7 +64,7 @@ DESKTOP_DIR ?= $(HOME)/.local/share/applications
 ICON_DIR    ?= $(HOME)/.local/share/icons/hicolor/scalable/apps
 install-desktop: setup
 	mkdir -p $(DESKTOP_DIR) $(ICON_DIR)
-	cp packaging/kvgraft.svg $(ICON_DIR)/kvgraft.svg
+	cp packaging/kvgraft/kvgraft.svg $(ICON_DIR)/kvgraft.svg
 	sed -e "s|@EXEC@|$(abspath $(VENV))/bin/kvgraft-app|" -e "s|@ICON@|kvgraft|" packaging/kvgraft.desktop.in > $(DESKTOP_DIR)/kvgraft.desktop
 	@echo "installed $(DESKTOP_DIR)/kvgraft.desktop"
 

@@ -24,7 +24,7 @@ from kvgraft.library.tokens import tokens_sha256
 
 from .checker import get_checker
 from .library_service import LibraryService
-from .problems import ask_suffix, fresh_prompt
+from .prompts import ask_suffix, fresh_prompt
 from .replay import decode_in_calls
 
 log = logging.getLogger(__name__)

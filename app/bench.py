@@ -32,7 +32,8 @@ from kvgraft.engine.engine import Engine
 from kvgraft.engine.peers import LlamaCppPythonPeer
 from kvgraft.engine.session import Snapshot
 from kvgraft.library.blobstore import BlobStore
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
+from kvgraft.library.tokens import tokens_sha256
 
 from . import __version__
 from .ask import ask
@@ -64,9 +65,7 @@ def _equal_to_fresh(shas: list[str], fresh_shas: list[str]) -> bool | None:
 
 
 def _tokens_sha(tokens) -> str:
-    import numpy as np
-
-    return hashlib.sha256(np.asarray(tokens, dtype="<i4").tobytes()).hexdigest()
+    return tokens_sha256(tokens)
 
 
 def prefix_methods(

@@ -19,11 +19,12 @@ import numpy as np
 
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.engine.engine import Engine
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 
 from .ask import ask
 from .library_service import LibraryService
-from .problems import GENERATOR, ask_suffix, solution_text
+from .problems import GENERATOR
+from .prompts import ask_suffix, solution_text
 from .textgen import synthetic_text
 
 QUESTION = "A depot starts with 900 crates and ships 40 each day for 10 days. How many crates are left?"
@@ -58,7 +59,7 @@ def recurring_table(rows: list[dict]) -> str:
 
 
 def solution_of(model, n_tokens: int) -> str:
-    """A worked solution whose stored text (app/problems.solution_text) is exactly `n_tokens` tokens."""
+    """A worked solution whose stored text (app/prompts.solution_text) is exactly `n_tokens` tokens."""
 
     def size(words: int, tail: str) -> int:
         return len(model.tokenize(solution_text(QUESTION, synthetic_text(words, seed=n_tokens) + tail, ANSWER)))

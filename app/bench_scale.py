@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
 import random
 import shutil
 import statistics
@@ -10,10 +9,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvgraft.library.index import Library
-from kvgraft.library.normalize import question_key
-from kvgraft.library.schema import insert_prefix_keys
-from kvgraft.library.tokens import pack_tokens, tokens_sha256
+from kvgraft.library.library import Library
+from kvgraft.library.scale import insert_benchmark_entries
 
 from .textgen import synthetic_text
 
@@ -23,38 +20,19 @@ FP = "e" * 64
 def fill(
     lib: Library, start: int, stop: int, rng: random.Random, preambles: list[list[int]], blob_sha: str
 ) -> list[list[int]]:
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat()
-    made = []
-    with lib.write():
-        for i in range(start, stop):
-            pre = rng.choice(preambles)[: rng.randint(0, 400)]
-            toks = pre + [rng.randrange(262144) for _ in range(rng.randint(20, 300))]
-            cur = lib.db.conn.execute(
-                "INSERT INTO entries (kind, title, question, question_key, text, tokens, n_tokens, tokens_sha256, "
-                "answer, blob_sha256, blob_size, fingerprint, source, created_at, proof) "
-                "VALUES ('solution', ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, 'local', ?, 'local')",
-                [
-                    f"problem {i}",
-                    f"Question number {i}: what is {i} plus {i}?",
-                    question_key(f"Question number {i}: what is {i} plus {i}?"),
-                    synthetic_text(40, i),
-                    pack_tokens(toks),
-                    len(toks),
-                    tokens_sha256(toks),
-                    str(2 * i),
-                    blob_sha,
-                    FP,
-                    now,
-                ],
-            )
-            insert_prefix_keys(lib.db, cur.lastrowid, pack_tokens(toks), len(toks))
-            made.append(toks)
+    made, rows = [], []
+    for i in range(start, stop):
+        pre = rng.choice(preambles)[: rng.randint(0, 400)]
+        toks = pre + [rng.randrange(262144) for _ in range(rng.randint(20, 300))]
+        question = f"Question number {i}: what is {i} plus {i}?"
+        rows.append((f"problem {i}", question, synthetic_text(40, i), toks, str(2 * i)))
+        made.append(toks)
+    insert_benchmark_entries(lib, rows, blob_sha, FP)
     return made
 
 
 def _index_mb(lib: Library, home: Path) -> float:
-    lib.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return round((home / "index.db").stat().st_size / 1e6, 1)
+    return round(lib.index_bytes() / 1e6, 1)
 
 
 def timed(fn, queries) -> float:

@@ -17,6 +17,7 @@ import hashlib
 import json
 import statistics
 import time
+from pathlib import Path
 from typing import Callable
 
 from kvgraft.engine.compare import logits_sha256
@@ -27,7 +28,8 @@ from .checker import get_checker
 from .library_service import LibraryService, open_library
 from .packs import build_pack
 from .paths import data_dir
-from .problems import DOCUMENT_PROBE, GENERATOR, starter_problems, write_jsonl
+from .problems import GENERATOR, starter_problems, write_jsonl
+from .prompts import DOCUMENT_PROBE
 from .textgen import synthetic_text
 
 N_PROBLEMS = 24
@@ -41,7 +43,7 @@ def _sha(data: bytes) -> str:
 
 def recurring_case(service: LibraryService, say: Callable[[str], None], budget: int = FRESH_BUDGET) -> dict:
     problems = starter_problems(N_PROBLEMS)
-    out_dir = data_dir() / "starter"
+    out_dir = service.library.root / "starter"
     out_dir.mkdir(parents=True, exist_ok=True)
     jsonl = out_dir / "problems.jsonl"
     write_jsonl(problems, jsonl)
@@ -135,9 +137,14 @@ def graft_timing(service: LibraryService, say: Callable[[str], None]) -> list[di
     return out
 
 
-def run_demo(engine: Engine, on_step: Callable[[str], None] | None = None, budget: int = FRESH_BUDGET) -> dict:
+def run_demo(
+    engine: Engine,
+    on_step: Callable[[str], None] | None = None,
+    budget: int = FRESH_BUDGET,
+    home: Path | None = None,
+) -> dict:
     say = on_step or (lambda _m: None)
-    with open_library() as lib, LibraryService(engine, lib) as service:
+    with open_library(home) as lib, LibraryService(engine, lib) as service:
         rec = recurring_case(service, say, budget)
         timing = graft_timing(service, say)
     rows = rec["rows"]
@@ -169,7 +176,7 @@ def run_demo(engine: Engine, on_step: Callable[[str], None] | None = None, budge
     }
     r = result["recurring"]
     result["all_exact"] = r["exact_grafts"] == r["problems"] and all(t["exact"] for t in timing)
-    receipts_dir = data_dir() / "receipts"
+    receipts_dir = data_dir(home) / "receipts"
     receipts_dir.mkdir(parents=True, exist_ok=True)
     path = receipts_dir / f"demo-{datetime.datetime.now().strftime('%Y%m%d-%H%M%S')}.json"
     path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")

@@ -5,11 +5,14 @@ from __future__ import annotations
 import platform
 import sys
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 from kvgraft.engine.bindings import supports_gpu_offload
 from kvgraft.engine.engine import Engine
+from kvgraft.engine.probe import ProbeCache
 
 from . import __version__
+from .graft_checks import graft_check_report
 from .paths import data_dir, model_dir
 
 
@@ -20,7 +23,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def doctor_report(engine: Engine) -> dict:
+def doctor_report(engine: Engine, home: Path | None = None, checks: ProbeCache | None = None) -> dict:
     info = engine.model.info
     cfg = engine.config
     return {
@@ -65,9 +68,10 @@ def doctor_report(engine: Engine) -> dict:
         },
         "kv_bytes_per_token": engine.layout.bytes_per_token(),
         "compaction": engine.window.as_dict() | {"active": engine.window.active},
-        "data_dir": str(data_dir()),
+        "data_dir": str(data_dir(home)),
         "model_dir": str(model_dir()),
         "fingerprint": engine.fingerprint,
+        "graft_check": graft_check_report(engine, checks),  # kvgraft selftest's outcomes on this device
         "fingerprint_info": engine.fingerprint_info,  # compared: config and probe hashes
         "environment": engine.environment,  # descriptive: recorded, never compared
     }

@@ -7,6 +7,7 @@ import time
 import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator
 
 from kvgraft.engine.compare import logits_sha256
@@ -14,12 +15,12 @@ from kvgraft.engine.engine import Engine
 from kvgraft.engine.errors import EngineError, FingerprintMismatch
 from kvgraft.engine.session import GraftResult, Session
 from kvgraft.library.errors import LibraryError
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 from kvgraft.library.records import LOCAL, Entry, ModelRecord
 from kvgraft.library.tokens import tokens_sha256
 
 from .paths import data_dir
-from .problems import solution_text
+from .prompts import solution_text
 from .replay import decode_in_calls, schedule_of
 from .replay import probe_text as replay_probe_text
 
@@ -30,8 +31,9 @@ class UnprovenState(EngineError):
     """An entry's state is not proven to be the state of its text (it is never grafted)."""
 
 
-def open_library() -> Library:
-    return Library(data_dir())
+def open_library(home: Path | None = None) -> Library:
+    """The library in `home` (default: app/paths.data_dir())."""
+    return Library(data_dir(home))
 
 
 def model_record(engine: Engine) -> ModelRecord:
@@ -291,7 +293,7 @@ class LibraryService:
         on_progress=None,
         vouched_by: str | None = None,
     ) -> DepositResult:
-        """A solution stored in the format a small model reliably copies (app/problems.py); its answer
+        """A solution stored in the format a small model reliably copies (app/prompts.py); its answer
         counts as verified only with `vouched_by`."""
         return self.deposit(
             solution_text(question, solution, answer),

@@ -1,64 +1,57 @@
-"""Read-only views of the library for the desktop app's GUI thread (fast, column-light queries)."""
+"""Read-only views of the library for the desktop app's GUI thread (fast, column-light queries).
+
+The rows are library/views.py's typed read models; this module only owns the GUI thread's own
+connection (the worker thread has its own for writes).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from pathlib import Path
 
-from kvgraft.library.index import GRAFTABLE, Library
+from kvgraft.library.library import Library
+from kvgraft.library.signing import TrustStore
+from kvgraft.library.views import TableRow
 
+from .packs import trust_store
 from .paths import data_dir
 
+Row = TableRow  # the table's row type (library/views.py)
 
-@dataclass(frozen=True)
-class Row:
-    id: int
-    kind: str
-    title: str
-    tokens: int
-    verified: bool
-    source: str
-    graftable: bool
-    damaged: str | None
-    proof: str = "unproven"
-    verified_by: str | None = None
-    stated: bool = False  # an answer is stored, but nobody vouched for it
+
+def signer_words(signer: str | None, trust: TrustStore) -> str:
+    """How a pack was signed, naming a key you trust (the CLI's `show` and the app's table say the same)."""
+    if not signer:
+        return "unsigned"
+    name = trust.name_of(signer)
+    return f"signed by {signer}" + (f" ({name})" if name else " (not in your trusted keys)")
+
+
+def source_words(row: TableRow, trust: TrustStore) -> str:
+    """The table's source column: "local", or the pack and how it was signed."""
+    if row.pack_file is None:
+        return row.source
+    if not row.signer:
+        return f"{row.pack_file} (unsigned)"
+    name = trust.name_of(row.signer)
+    return f"{row.pack_file} (signed {name})" if name else f"{row.pack_file} (signed, key not trusted here)"
 
 
 class LibraryView:
-    """One connection for the GUI thread's reads (the worker thread has its own for writes)."""
+    """One connection for the GUI thread's reads."""
 
-    def __init__(self, root=None) -> None:
-        self.library = Library(root or data_dir())
+    def __init__(self, root: Path | None = None) -> None:
+        self.library = Library(data_dir(root))
+        self.trust = trust_store(self.library.root)
 
     def close(self) -> None:
         self.library.close()
 
-    def rows(self, fingerprint: str | None, query: str | None = None, limit: int = 100_000) -> list[Row]:
-        fp = fingerprint or ""
-        base = (
-            "SELECT e.id, e.kind, coalesce(e.title, e.question, ''), e.n_tokens, "
-            "e.answer IS NOT NULL AND e.vouched_by IS NOT NULL, "
-            "CASE WHEN e.pack_id IS NULL THEN e.source ELSE coalesce(p.file_name, e.pack_id) || "
-            "CASE WHEN p.signer IS NULL THEN ' (unsigned)' ELSE ' (signed ' || p.signer || ')' END END, "
-            f"e.fingerprint = ? AND {GRAFTABLE}, e.damaged, e.proof, e.vouched_by, "
-            "e.answer IS NOT NULL AND e.vouched_by IS NULL FROM entries e LEFT JOIN packs p ON p.id = e.pack_id"
-        )
-        if query and query.strip():
-            # at most 10,000 search hits: few enough for one IN (...) list on any SQLite build
-            ids = [e.id for e in self.library.search(query, limit=min(limit, 10_000))]
-            if not ids:
-                return []
-            order = {i: k for k, i in enumerate(ids)}
-            rows = self.library.db.execute(base + f" WHERE e.id IN ({','.join('?' * len(ids))})", [fp, *ids]).fetchall()
-            rows.sort(key=lambda r: order[r[0]])
-        else:
-            rows = self.library.db.execute(
-                base + " WHERE e.kind <> 'answer' ORDER BY e.id LIMIT ?", [fp, limit]
-            ).fetchall()
-        return [
-            Row(r[0], r[1], r[2], r[3], bool(r[4]), r[5], bool(r[6]), r[7], r[8] or "unproven", r[9], bool(r[10]))
-            for r in rows
-        ]
+    def rows(self, fingerprint: str | None, query: str | None = None, limit: int = 100_000) -> list[TableRow]:
+        rows = self.library.table_rows(fingerprint, query, limit)
+        if any(r.signer for r in rows):
+            rows = [dataclasses.replace(r, source=source_words(r, self.trust)) if r.signer else r for r in rows]
+        return rows
 
     def stats(self, n_ctx: int) -> dict:
         return self.library.stats(n_ctx=n_ctx)

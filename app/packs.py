@@ -9,7 +9,6 @@ library/importer.py commits it in one transaction.
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import logging
@@ -24,7 +23,7 @@ from kvgraft.engine.state import parse_state
 from kvgraft.library import container
 from kvgraft.library.errors import StorageFull
 from kvgraft.library.importer import EntryProof, commit_pack
-from kvgraft.library.pack import FORMAT_VERSION, PackError, PackReader, pack_sha256, write_pack
+from kvgraft.library.pack import PackError, PackReader, build_manifest, pack_sha256, write_pack
 from kvgraft.library.records import PACK_KINDS, REPLAYED, UNPROVEN, Entry, signed_proof
 from kvgraft.library.signing import TrustStore, public_identity
 from kvgraft.library.tokens import tokens_sha256
@@ -48,11 +47,11 @@ def _noop(stage: str, done: int, total: int) -> None:
 
 def trust_store(root: Path | None = None) -> TrustStore:
     """The trusted signer keys of a library (default: the data dir's)."""
-    return TrustStore((root or data_dir()) / "trusted_keys.json")
+    return TrustStore(data_dir(root) / "trusted_keys.json")
 
 
-def keys_dir() -> Path:
-    return data_dir() / "keys"
+def keys_dir(home: Path | None = None) -> Path:
+    return data_dir(home) / "keys"
 
 
 def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: Path | None = None) -> dict:
@@ -80,49 +79,17 @@ def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: 
             "kvgraft?); run kvgraft verify --library --replay to record it, then export"
         )
     shas = sorted({e.blob_sha256 for e in entries})
-    old = [
-        sha
-        for sha in shas
-        if (lib.db.execute("SELECT canonical FROM blobs WHERE sha256 = ?", [sha]).fetchone() or [None])[0] != 1
-    ]
+    old = [sha for sha in shas if lib.blob_is_canonical(sha) is not True]
     if old:
         raise PackError(
             f"{len(old)} of the selected blobs are from before compaction; run kvgraft fsck --repair to compact "
             "them, then export"
         )
     models = {e.model_sha256 for e in entries}
-    model_row = next(iter(lib.db.query("SELECT * FROM models WHERE sha256 = ?", [next(iter(models))])), None)
-    if len(models) != 1 or model_row is None:
+    model = lib.model_record(next(iter(models))) if len(models) == 1 and None not in models else None
+    if model is None:
         raise PackError("the selected entries do not name one known model")
-    manifest = {
-        "format_version": FORMAT_VERSION,
-        "kvgraft_version": __version__,
-        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "model": {"sha256": model_row["sha256"], "name": model_row["name"], "architecture": model_row["architecture"]},
-        "fingerprint": entries[0].fingerprint,
-        "engine": engine_info["info"],
-        "environment": engine_info["environment"],
-        "entries": [
-            {
-                "blob_sha256": e.blob_sha256,
-                "blob_size": e.blob_size,
-                "blob_stored_size": _member_size(lib, e.blob_sha256),
-                "kind": e.kind,
-                "title": e.title,
-                "question": e.question,
-                "text": e.text,
-                "answer": e.answer,
-                "n_tokens": e.n_tokens,
-                "tokens_sha256": e.tokens_sha256,
-                "checker": e.checker,
-                "receipt": e.receipt,
-                "proof": e.proof,
-                "verified_by": e.vouched_by,
-                "schedule": e.schedule,
-            }
-            for e in entries
-        ],
-    }
+    manifest = build_manifest(entries, model, engine_info, {sha: _member_size(lib, sha) for sha in shas}, __version__)
     by_sha = {e.blob_sha256: e for e in entries}
     declared = {item["blob_sha256"]: item["blob_stored_size"] for item in manifest["entries"]}
     size = write_pack(

@@ -10,10 +10,14 @@ import platformdirs
 APP_NAME = "kvgraft"
 
 
-def data_dir() -> Path:
-    """`$KVGRAFT_HOME` if set, else the platform's user data dir. Created on demand."""
+def data_dir(home: Path | str | None = None) -> Path:
+    """`home` when given (the CLI's `--home`), else `$KVGRAFT_HOME` if set, else the platform's
+    user data dir. Created on demand."""
     env = os.environ.get("KVGRAFT_HOME")
-    path = Path(env).expanduser() if env else Path(platformdirs.user_data_dir(APP_NAME))
+    if home is not None:
+        path = Path(home).expanduser()
+    else:
+        path = Path(env).expanduser() if env else Path(platformdirs.user_data_dir(APP_NAME))
     path.mkdir(parents=True, exist_ok=True)
     return path
 

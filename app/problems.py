@@ -1,9 +1,6 @@
-"""Verified-by-construction problems, and the text formats that make a small model copy an answer.
+"""Verified-by-construction problems (the starter set's generator) and problem files (JSONL).
 
-The stored text of a solution puts a short "Q: ... / A: <answer>" pair before and after the worked
-solution, and the question asked after a graft repeats that pattern ("Q: <question> / A:"), so the
-model continues with the verified answer and a newline (FINDINGS.md: 12 of 12 on held-out problems
-with Gemma 3 270M, about 6 decode tokens each). Answers are plain integers.
+The text formats a problem is stored and asked in are in app/prompts.py. Answers are plain integers.
 """
 
 from __future__ import annotations
@@ -31,26 +28,6 @@ class Problem:
             "checker": self.checker,
         }
 
-
-def solution_text(question: str, solution: str, answer: str) -> str:
-    """The text deposited (prefilled) for a verified solution."""
-    return (
-        f"Q: {question.strip()}\nA: {answer.strip()}\n\nWorked solution:\n{solution.strip()}\n\nQ: "
-        f"{question.strip()}\nA: {answer.strip()}\n"
-    )
-
-
-def ask_suffix(question: str) -> str:
-    """Prefilled after grafting a solution: the model's next tokens are the answer, then a newline."""
-    return f"\nQ: {question.strip()}\nA:"
-
-
-def fresh_prompt(question: str) -> str:
-    """The prompt when nothing is in the library: the model has to work it out itself."""
-    return f"Q: {question.strip()}\nA: Let's work it out step by step.\n"
-
-
-DOCUMENT_PROBE = "\n\nQ: What is the text above about?\nA:"
 
 # The starter problems' answers are computed by their generator (below), a program: it vouches for them.
 GENERATOR = "generator:starter-problems"

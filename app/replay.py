@@ -24,7 +24,7 @@ from kvgraft.engine.engine import Engine
 from kvgraft.engine.state import parse_state
 from kvgraft.library.tokens import tokens_sha256
 
-from .problems import DOCUMENT_PROBE, ask_suffix
+from .prompts import DOCUMENT_PROBE, ask_suffix
 
 
 def probe_text(kind: str, question: str | None) -> str:

@@ -8,7 +8,8 @@ from typing import Callable
 from .ask import ask
 from .checker import get_checker
 from .library_service import LibraryService
-from .problems import Problem, fresh_prompt
+from .problems import Problem
+from .prompts import fresh_prompt
 
 
 def _with_related(service: LibraryService, p: Problem, budget: int) -> dict | None:

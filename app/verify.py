@@ -35,7 +35,7 @@ from . import __version__
 from .ask import GRAFT_ANSWER_TOKENS
 from .checker import get_checker
 from .library_service import LibraryService
-from .problems import ask_suffix
+from .prompts import ask_suffix
 from .replay import engine_for, expected_tokens, parse_schedule, prefill_in_schedule, probe_text, signer_vouch
 
 RECEIPTS_VERSION = 2
@@ -69,11 +69,7 @@ def library_items(service: LibraryService, entries: list[Entry]) -> list[Item]:
     lib = service.library
 
     def facts(sha: str) -> tuple[bool, tuple[str, ...]]:
-        row = lib.db.execute("SELECT canonical FROM blobs WHERE sha256 = ?", [sha]).fetchone()
-        aliases = tuple(
-            r[0] for r in lib.db.execute("SELECT legacy_sha256 FROM blob_aliases WHERE sha256 = ? ORDER BY 1", [sha])
-        )
-        return (row is None or row[0] == 1), aliases
+        return lib.blob_is_canonical(sha) is not False, lib.blob_aliases(sha)
 
     return [
         Item(

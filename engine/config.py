@@ -12,6 +12,7 @@ from .errors import ConfigError
 # KV cache element types we accept, by the names llama.cpp uses (ggml_type).
 KV_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2}
 QUANTIZED_KV = {"q8_0", "q4_0"}
+DEFAULT_N_CTX = 8192  # the context size when nobody chose one (CLI, app, engine)
 
 
 def physical_cores() -> int:
@@ -43,12 +44,16 @@ class EngineConfig:
     """How to load the model and build contexts.
 
     Fields that decide the bits of a snapshot or of the logits (model file, KV types, flash
-    attention, backend) go into the engine fingerprint; n_threads, n_batch and n_ubatch were
-    measured not to change the bits on the CPU backend (tests/test_determinism.py re-checks it).
+    attention, backend) go into the engine fingerprint. n_threads was measured not to change the
+    bits on the CPU backend, nor were n_batch and n_ubatch at the shapes tests/test_determinism.py
+    re-checks (flash attention off). The decode schedule does decide the bits in general (some
+    splits into calls do, and with flash attention on any split into micro-batches does), so every
+    entry records its schedule (app/replay.py) and replays in it. On a GPU backend the batch shape
+    is also in the fingerprint.
     """
 
     model_path: Path
-    n_ctx: int = 8192
+    n_ctx: int = DEFAULT_N_CTX
     n_batch: int = 512
     n_ubatch: int = 512
     n_threads: int = field(default_factory=physical_cores)

@@ -126,10 +126,13 @@ def probe_schedule(engine) -> tuple[int, int]:
 
 
 class ProbeCache:
-    """Probe results by key, in one JSON file (written atomically; a damaged file is recomputed)."""
+    """Probe results by key, in one JSON file (written atomically; a damaged file is recomputed).
+    An entry counts only when its "version" is `version` (PROBE_VERSION unless another record
+    kind, such as app/graft_checks.py's, keeps its own file)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, version: int = PROBE_VERSION) -> None:
         self.path = Path(path)
+        self.version = version
 
     def _load(self) -> dict:
         try:
@@ -140,7 +143,11 @@ class ProbeCache:
 
     def get(self, key: str) -> dict | None:
         hit = self._load().get(key)
-        return hit if isinstance(hit, dict) and hit.get("version") == PROBE_VERSION else None
+        return hit if isinstance(hit, dict) and hit.get("version") == self.version else None
+
+    def entries(self) -> dict[str, dict]:
+        """Every current entry by key."""
+        return {k: v for k, v in self._load().items() if isinstance(v, dict) and v.get("version") == self.version}
 
     def put(self, key: str, result: dict) -> None:
         data = self._load()

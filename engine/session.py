@@ -384,18 +384,3 @@ class Session:
         self.tokens = [int(t) for t in tokens]
         self._has_logits = False
         return GraftResult(parsed.n_tokens, (t1 - t0) * 1e3, (t2 - t1) * 1e3)
-
-    def restore_whole_state_inexact(self, snapshot: Snapshot) -> None:
-        """llama.cpp's plain whole-state restore (`llama_state_set_data`). NOT exact past n_swa.
-
-        Kept only so tests/test_exactness.py can show that it is inexact; never use it to graft.
-        """
-        self._check()
-        parse_state(snapshot.data, self.engine.layout, max_cells=self.n_ctx)
-        buf = bytearray(snapshot.data)
-        read = llama.llama_state_set_data(self._ctx, (ctypes.c_uint8 * len(buf)).from_buffer(buf), len(buf))
-        if read != len(buf):
-            llama.llama_memory_clear(self._mem, True)
-            raise SnapshotError(f"llama_state_set_data read {read} of {len(buf)} bytes")
-        self.tokens = list(snapshot.tokens)
-        self._has_logits = False

@@ -1,5 +1,7 @@
 """Typed errors raised by the library."""
 
+import sqlite3
+
 
 class LibraryError(Exception):
     """Base class for library errors a user can cause or meet."""
@@ -25,3 +27,8 @@ class BlobUnreadable(LibraryError):
     """A blob that is on disk but could not be read this time (an OS error: EIO, a permission, ...).
 
     Not damage: its bytes were never compared, so nothing is marked and a later read may work."""
+
+
+# The index's own errors (a locked or unreadable index.db): callers above the library catch this
+# name and never import the SQLite driver themselves.
+IndexDatabaseError = sqlite3.Error

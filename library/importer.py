@@ -23,11 +23,12 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .errors import LibraryError
-from .index import Library, now
+from .library import Library, now
 from .normalize import question_key
 from .pack import PackReader
 from .records import UNPROVEN, ModelRecord
 from .schema import insert_prefix_keys
+from .staging import staged
 from .tokens import pack_tokens, tokens_sha256
 
 
@@ -69,9 +70,8 @@ def commit_pack(
     shas = reader.blob_shas()
     if not reader.compact and canonicalize is None:
         raise LibraryError("a format 1 pack's blobs need canonicalizing: pass the model's canonicalize function")
-    pending: list[int] = []
-    try:
-        stored, address = {}, {}
+    with staged(lib) as staging:
+        address = {}
         for k, sha in enumerate(shas):
             data, ranges = reader.read_blob_ranges(sha)  # checked against its SHA-256 again as it is read
             new = sha
@@ -80,27 +80,19 @@ def commit_pack(
                 ranges = canonicalize(data)  # a format 2 blob is already canonical (app/packs.py checked)
                 if not reader.compact:
                     new = hashlib.sha256(data).hexdigest()
-            pending += lib.mark_pending([new])
-            stored[new] = lib.blobs.put(data, new, trusted=True, elide=ranges)  # an intact copy is not written again
+            staging.put(data, new, elide=ranges, replaces=sha)  # an intact copy is not written again
             address[sha] = new
             if on_progress:
                 on_progress(k + 1, len(shas))
         imported = skipped = 0
-        with lib.write():
+        with staging.commit():
             lib._insert_model(model)
-            for sha, new in address.items():
-                lib.insert_blob_row(stored[new])
-                if new != sha:
-                    lib.db.execute(
-                        "INSERT OR REPLACE INTO blob_aliases (legacy_sha256, sha256, converted_at) VALUES (?, ?, ?)",
-                        [sha, new, now()],
-                    )
-            row = lib.db.execute("SELECT id FROM packs WHERE sha256 = ?", [pack_sha256]).fetchone()
+            row = lib._db.execute("SELECT id FROM packs WHERE sha256 = ?", [pack_sha256]).fetchone()
             if row:
                 pack_id = row[0]
             else:
                 pack_id = (
-                    lib.db["packs"]
+                    lib._db["packs"]
                     .insert(
                         {
                             "sha256": pack_sha256,
@@ -136,7 +128,7 @@ def commit_pack(
                 schedule = json.dumps(pr.schedule, sort_keys=True) if pr.schedule else None
                 if same is not None:  # an unproven or damaged twin, proven now: it takes the proven state
                     vouched = pr.vouched_by if e.answer is not None else None
-                    lib.db.execute(
+                    lib._db.execute(
                         "UPDATE entries SET blob_sha256 = ?, blob_size = ?, proof = ?, receipt = ?, schedule = ?, "
                         "damaged = NULL, vouched_by = coalesce(?, vouched_by), "
                         "verified_at = CASE WHEN ? IS NULL THEN verified_at ELSE ? END WHERE id = ?",
@@ -156,7 +148,7 @@ def commit_pack(
                     continue
                 t_now = now()
                 entry_id = (
-                    lib.db["entries"]
+                    lib._db["entries"]
                     .insert(
                         {
                             "kind": e.kind,
@@ -186,10 +178,6 @@ def commit_pack(
                     )
                     .last_pk
                 )
-                insert_prefix_keys(lib.db, entry_id, pack_tokens(t), e.n_tokens)
+                insert_prefix_keys(lib._db, entry_id, pack_tokens(t), e.n_tokens)
                 imported += 1
-            lib.consume_pending(pending)
-    except BaseException:
-        lib.clear_pending(pending)
-        raise
     return {"imported": imported, "skipped": skipped, "pack_id": pack_id}

@@ -11,7 +11,7 @@ fsck separates damage (`problems`: a missing or corrupt blob, an index row that 
 an entry marked damaged) from leftovers of interrupted writes (`reclaimable`: orphan blobs,
 unreferenced blob rows, temp files, stale pending rows), which are not problems. Blobs stored
 before compaction (`uncompacted`) are not problems either: they read and graft as before, and
-`kvgraft fsck --repair` compacts them (app/compaction.py, which needs the model's window).
+`kvgraft fsck --repair` compacts them (app/recompaction.py, which needs the model's window).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import socket
 import sqlite3
 import time
 
-from .index import Library
+from .library import Library
 
 GRACE_S = 3600.0
 MAX_LIVE_AGE_S = 86400.0
@@ -59,7 +59,7 @@ def _live(pid: int, host: str | None, age_s: float, grace_s: float) -> bool:
 
 def _pending(lib: Library, grace_s: float) -> tuple[set[str], list[int]]:
     live, stale = set(), []
-    for row in lib.db.query("SELECT id, sha256, pid, host, created_at FROM pending_blobs"):
+    for row in lib._db.query("SELECT id, sha256, pid, host, created_at FROM pending_blobs"):
         if _live(row["pid"], row["host"], _age_s(row["created_at"]), grace_s):
             live.add(row["sha256"])
         else:
@@ -77,7 +77,7 @@ def _temp_files(lib: Library, grace_s: float, live_pending: set[str]):
 
 def _check_chunks(lib: Library, sha: str, problems: list, repaired: list, repair: bool) -> None:
     """The chunk digests the fast read path checks must be those of the (intact) blob."""
-    row = lib.db.execute("SELECT chunks, size FROM blobs WHERE sha256 = ?", [sha]).fetchone()
+    row = lib._db.execute("SELECT chunks, size FROM blobs WHERE sha256 = ?", [sha]).fetchone()
     if row is None:
         return
     want = lib.blobs.stored_digests(sha)
@@ -85,7 +85,7 @@ def _check_chunks(lib: Library, sha: str, problems: list, repaired: list, repair
         return
     if repair:
         with lib.write():
-            lib.db.execute("UPDATE blobs SET chunks = ? WHERE sha256 = ?", [want, sha])
+            lib._db.execute("UPDATE blobs SET chunks = ? WHERE sha256 = ?", [want, sha])
         repaired.append(f"blob {sha[:16]}...: chunk digests " + ("added" if row[0] is None else "rewritten"))
     elif row[0] is not None:
         problems.append(
@@ -100,14 +100,14 @@ def gc(lib: Library, grace_s: float = GRACE_S) -> dict:
         live, stale = _pending(lib, grace_s)
         for k in range(0, len(stale), 500):
             part = stale[k : k + 500]
-            lib.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part)
-        referenced = {r[0] for r in lib.db.execute("SELECT DISTINCT blob_sha256 FROM entries")}
+            lib._db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part)
+        referenced = {r[0] for r in lib._db.execute("SELECT DISTINCT blob_sha256 FROM entries")}
         keep = referenced | live
         unreferenced = [
             r[0]
-            for r in lib.db.execute("SELECT sha256 FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)")
+            for r in lib._db.execute("SELECT sha256 FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)")
         ]
-        lib.db.conn.executemany(
+        lib._db.conn.executemany(
             "DELETE FROM blobs WHERE sha256 = ?", [(sha,) for sha in unreferenced if sha not in live]
         )
         for sha in list(lib.blobs.iter_blobs()):
@@ -131,7 +131,7 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
     problems: list[dict] = []
     reclaimable: list[dict] = []
     repaired: list[str] = []
-    q = lib.db.execute
+    q = lib._db.execute
 
     for (msg,) in q("PRAGMA integrity_check"):
         if msg != "ok":

@@ -1,6 +1,6 @@
 """What the library records about where its states come from: proofs, engines, signers, relabels.
 
-Mixed into `Library` (library/index.py); the tables are from migration m007 (library/schema.py).
+Mixed into `Library` (library/library.py); the tables are from migration m007 (library/schema.py).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ def now() -> str:
 
 
 class ProvenanceRecords:
-    """Proof-of-origin bookkeeping on a `Library` (needs its `db`, `write` and `get`)."""
+    """Proof-of-origin bookkeeping on a `Library` (needs its `_db`, `write` and `get`)."""
 
     def set_proof(self, entry_id: int, proof: str, fingerprint: str, receipt: dict | None = None) -> Entry:
         """Record a proof of origin found for an entry (a replay here reproduced its state), with the
         fingerprint of the engine that found it and the receipt computed there."""
         with self.write():
-            self.db.execute(
+            self._db.execute(
                 "UPDATE entries SET proof = ?, fingerprint = ?, receipt = ? WHERE id = ?",
                 [proof, fingerprint, json.dumps(receipt, sort_keys=True) if receipt else None, entry_id],
             )
@@ -31,28 +31,28 @@ class ProvenanceRecords:
 
     def record_engine(self, fingerprint: str, info: dict, environment: dict) -> None:
         """Remember what a fingerprint stands for (once per fingerprint)."""
-        if self.db.execute("SELECT 1 FROM engines WHERE fingerprint = ?", [fingerprint]).fetchone():
+        if self._db.execute("SELECT 1 FROM engines WHERE fingerprint = ?", [fingerprint]).fetchone():
             return
         with self.write():
-            self.db.execute(
+            self._db.execute(
                 "INSERT OR IGNORE INTO engines (fingerprint, info, environment, seen_at) VALUES (?, ?, ?, ?)",
                 [fingerprint, json.dumps(info, sort_keys=True), json.dumps(environment, sort_keys=True), now()],
             )
 
     def engine_info(self, fingerprint: str) -> dict | None:
-        row = self.db.execute("SELECT info, environment FROM engines WHERE fingerprint = ?", [fingerprint]).fetchone()
+        row = self._db.execute("SELECT info, environment FROM engines WHERE fingerprint = ?", [fingerprint]).fetchone()
         return {"info": json.loads(row[0]), "environment": json.loads(row[1])} if row else None
 
     def revoke_signer(self, key_id: str) -> int:
         """A signer is no longer trusted: the entries its packs proved become unproven, and the
         answers it vouched for become stated. Returns how many entries changed."""
         with self.write():
-            n = self.db.execute(
+            n = self._db.execute(
                 "UPDATE entries SET proof = 'unproven' WHERE proof LIKE 'signed:%' AND pack_id IN "
                 "(SELECT id FROM packs WHERE signer = ?)",
                 [key_id],
             ).rowcount
-            self.db.execute(
+            self._db.execute(
                 "UPDATE entries SET vouched_by = NULL, verified_at = NULL WHERE vouched_by LIKE 'signer:%' "
                 "AND pack_id IN (SELECT id FROM packs WHERE signer = ?)",
                 [key_id],
@@ -62,11 +62,11 @@ class ProvenanceRecords:
     def legacy_samples(self, legacy: str, limit: int = 3) -> list[Entry] | None:
         """Up to `limit` intact entries with a receipt still under an old-style fingerprint, newest
         first; None when no entry at all is under it (nothing to relabel)."""
-        if self.db.execute("SELECT 1 FROM entries WHERE fingerprint = ? LIMIT 1", [legacy]).fetchone() is None:
+        if self._db.execute("SELECT 1 FROM entries WHERE fingerprint = ? LIMIT 1", [legacy]).fetchone() is None:
             return None
         return [
             Entry.from_row(r)
-            for r in self.db.query(
+            for r in self._db.query(
                 "SELECT * FROM entries WHERE fingerprint = ? AND receipt IS NOT NULL AND damaged IS NULL ORDER BY "
                 "id DESC LIMIT ?",
                 [legacy, limit],
@@ -79,14 +79,14 @@ class ProvenanceRecords:
         proof does not change. Returns how many moved."""
         if (
             legacy == fingerprint
-            or self.db.execute("SELECT 1 FROM entries WHERE fingerprint = ? LIMIT 1", [legacy]).fetchone() is None
+            or self._db.execute("SELECT 1 FROM entries WHERE fingerprint = ? LIMIT 1", [legacy]).fetchone() is None
         ):
             return 0
         with self.write():
-            n = self.db.execute(
+            n = self._db.execute(
                 "UPDATE entries SET fingerprint = ? WHERE fingerprint = ?", [fingerprint, legacy]
             ).rowcount
-            self.db.execute(
+            self._db.execute(
                 "INSERT OR REPLACE INTO fingerprint_relabels (legacy, fingerprint, entries, relabelled_at) "
                 "VALUES (?, ?, ?, ?)",
                 [legacy, fingerprint, n, now()],

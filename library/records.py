@@ -20,6 +20,11 @@ def signed_proof(name: str) -> str:
     return f"signed:{name}"
 
 
+# what makes an entry graftable besides its fingerprint (SQL over `entries e`; Entry.graftable in Python):
+# intact, and a proof that Entry.proven accepts (local, replayed, signed:<name>)
+GRAFTABLE = "e.damaged IS NULL AND (e.proof IN ('local', 'replayed') OR e.proof LIKE 'signed:_%')"
+
+
 @dataclass(frozen=True)
 class ModelRecord:
     sha256: str

@@ -113,7 +113,7 @@ def m006_compaction(db: Database) -> None:
     `stored_size`: bytes on disk (NULL for a plain pre-compaction file, whose size is `size`).
     `canonical`: 1 when the address is of canonical bytes; older rows are converted, with their
     entries re-pointed and the old address kept in `blob_aliases`, by `kvgraft fsck --repair`
-    (app/compaction.py), which needs the model's window and so cannot run inside SQL."""
+    (app/recompaction.py), which needs the model's window and so cannot run inside SQL."""
     db["blobs"].add_column("stored_size", int)
     db["blobs"].add_column("canonical", int)
     db["blob_aliases"].create({"legacy_sha256": str, "sha256": str, "converted_at": str}, pk="legacy_sha256")
@@ -147,6 +147,14 @@ def m007_proof(db: Database) -> None:
     )
 
 
+@migrations()
+def m008_drop_receipts_table(db: Database) -> None:
+    """m001 made a `receipts` table that nothing ever wrote: receipts live in each entry's `receipt`
+    column (m004) and in the receipts files `kvgraft verify --receipts` writes."""
+    if db["receipts"].exists():
+        db["receipts"].drop()
+
+
 def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens: int) -> None:
     tokens = unpack_tokens(tokens_blob)
     keys = prefix_keys(tokens, entry_key_lengths(n_tokens))
@@ -164,4 +172,5 @@ MIGRATIONS = [
     "m005_blob_chunks",
     "m006_compaction",
     "m007_proof",
+    "m008_drop_receipts_table",
 ]

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Smoke test of the bundle: --version, doctor --json, and one `ask` answered from a tiny pack.
+# Smoke test of the bundle: --version, doctor --json, and one `ask` answered from a tiny pack
+# (unsigned, so replayed on import: proof `replayed`, its answer stated by the pack, not vouched).
 # Runs headless with its own data dir and model cache, so the model comes from the bundle's data.
 set -euo pipefail
 BIN=${1:-dist/kvgraft/kvgraft}
@@ -18,5 +19,5 @@ JSONL
 export KVGRAFT_HOME="$work/home2"
 "$BIN" import "$work/tiny.kvpack" --json > /dev/null
 "$BIN" ask "A hut starts with 900 barrels. On day 1 it receives 10 barrels, and each later day it receives 2 more than the day before. Every day it ships out 20 barrels. How many barrels does it hold at the end of day 3?" --json > "$work/ask.json"
-python3 -c "import json; a=json.load(open('$work/ask.json')); assert a['source']=='graft' and a['answer_checked'] is True and a['exact'] is True, a; print('ask ok:', a['answer'], '-', a['tokens_decoded'], 'tokens decoded, exact graft')"
+python3 -c "import json; a=json.load(open('$work/ask.json')); assert a['source']=='graft' and a['exact'] is True and a['proof']=='replayed' and a['answer']=='876'==a['stored_answer'], a; print('ask ok:', a['answer'], '-', a['tokens_decoded'], 'tokens decoded, exact graft, proof', a['proof'])"
 echo "bundle smoke test passed"

@@ -26,7 +26,7 @@ from kvgraft.app.library_service import LibraryService  # noqa: E402
 from kvgraft.app.runtime import Settings, open_engine  # noqa: E402
 from kvgraft.app.textgen import prefix_tokens  # noqa: E402
 from kvgraft.engine.compare import logits_sha256  # noqa: E402
-from kvgraft.library.index import Library  # noqa: E402
+from kvgraft.library.library import Library  # noqa: E402
 
 PROBE = " Question: which word came up most often above? Answer:"
 

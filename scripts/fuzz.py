@@ -36,7 +36,7 @@ def main() -> int:
     from kvgraft.app.problems import Problem, write_jsonl
     from kvgraft.engine.config import EngineConfig
     from kvgraft.engine.engine import Engine
-    from kvgraft.library.index import Library
+    from kvgraft.library.library import Library
     from tests.fuzz_harness import FuzzStats, fuzz_pack_import, fuzz_snapshots
 
     model = embedded_model_path()

@@ -32,7 +32,7 @@ def main() -> int:
     from kvgraft.app.packs import build_pack
     from kvgraft.app.problems import starter_problems, write_jsonl
     from kvgraft.app.runtime import Settings, open_engine
-    from kvgraft.library.index import Library
+    from kvgraft.library.library import Library
 
     engine = open_engine(Settings())
     with tempfile.TemporaryDirectory(prefix="kvgraft-replay-") as tmp:

@@ -38,11 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvgraft.app.library_service import LibraryService  # noqa: E402
 from kvgraft.app.packs import export_pack, import_pack  # noqa: E402
-from kvgraft.app.problems import DOCUMENT_PROBE  # noqa: E402
+from kvgraft.app.prompts import DOCUMENT_PROBE  # noqa: E402
 from kvgraft.app.runtime import Settings, open_engine  # noqa: E402
 from kvgraft.app.textgen import synthetic_text  # noqa: E402
 from kvgraft.engine.compare import logits_sha256  # noqa: E402
-from kvgraft.library.index import Library  # noqa: E402
+from kvgraft.library.library import Library  # noqa: E402
 
 MIN_DOC, MAX_DOC = 6000, 8000
 N_CTX = 8192

@@ -23,7 +23,7 @@ from kvgraft.app.packs import import_pack
 from kvgraft.engine.errors import SnapshotError
 from kvgraft.engine.state import parse_state
 from kvgraft.library.errors import LibraryError
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 from kvgraft.library.pack import PackReader
 
 REPO = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 from kvgraft.library.maintenance import fsck
 
 WORKER = str(Path(__file__).resolve().parent / "library_worker.py")
@@ -105,12 +105,12 @@ def import_kill_trials(home: Path, trials: int, seed: int = 11, log=lambda msg: 
             report = fsck(lib)
             if not report["ok"]:
                 raise AssertionError(f"trial {trial}: fsck found problems: {report['problems']}")
-            packs = {r["sha256"]: (r["id"], r["n_entries"]) for r in lib.db.query("SELECT * FROM packs")}
+            packs = {r["sha256"]: (r["id"], r["n_entries"]) for r in lib._db.query("SELECT * FROM packs")}
             for pid, n in packs.values():
-                have = lib.db.execute("SELECT count(*) FROM entries WHERE pack_id = ?", [pid]).fetchone()[0]
+                have = lib._db.execute("SELECT count(*) FROM entries WHERE pack_id = ?", [pid]).fetchone()[0]
                 if have != n:
                     partial += 1
-            orphans = lib.db.execute(
+            orphans = lib._db.execute(
                 "SELECT count(*) FROM entries WHERE pack_id IS NOT NULL AND pack_id NOT IN (SELECT id FROM packs)"
             ).fetchone()[0]
             partial += orphans

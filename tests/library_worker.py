@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kvgraft.library.index import Library  # noqa: E402
+from kvgraft.library.library import Library  # noqa: E402
 from kvgraft.library.maintenance import gc  # noqa: E402
 
 FINGERPRINT = "f" * 64

@@ -16,7 +16,7 @@ from kvgraft.app import bench, selftest
 from kvgraft.app.cli import common
 from kvgraft.engine.compaction import dead_cells
 from kvgraft.entry import cli
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 
 
 def _quiet(_msg: str) -> None:

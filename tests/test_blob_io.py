@@ -15,7 +15,7 @@ import pytest
 from kvgraft.library.blobread import CHUNK
 from kvgraft.library.blobstore import BlobStore, chunk_digests
 from kvgraft.library.errors import BlobCorrupt, BlobUnreadable, LibraryError
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 from kvgraft.library.maintenance import fsck
 
 FP = "a" * 64

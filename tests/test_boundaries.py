@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -94,7 +95,7 @@ PLANTED = [
         "import kvgraft.engine.state",
     ),
     ("ui/ reaches llama.cpp and SQLite only through app/", "ui/library_table.py", "import sqlite3"),
-    ("ui/ reaches llama.cpp and SQLite only through app/", "ui/library_table.py", "import kvgraft.library.index"),
+    ("ui/ reaches llama.cpp and SQLite only through app/", "ui/library_table.py", "import kvgraft.library.library"),
     ("ui/ reaches llama.cpp and SQLite only through app/", "ui/worker.py", "import llama_cpp"),
     ("app/ does not import ui/", "app/ask.py", "import kvgraft.ui.worker"),
 ]
@@ -109,3 +110,30 @@ def test_each_contract_fails_on_a_planted_violation(tmp_path, contract, target, 
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert f"{contract} BROKEN" in proc.stdout  # the contract meant for it (a planted import may break others too)
     assert f"{target[:-3].replace('/', '.')} ->" in proc.stdout.split("Broken contracts", 1)[1]
+
+
+SQL_OUTSIDE = re.compile(
+    r"\.db\b(?!['\"])|\._db\b|\bimport sqlite3\b|\bsqlite_utils\b|\.execute\(|\.executemany\(|"
+    r"\bSELECT\b.+\bFROM\b|\bINSERT\s+(OR\s+\w+\s+)?INTO\b|\bUPDATE\s+\w+\s+SET\b|\bDELETE\s+FROM\b|\bPRAGMA\b"
+)
+
+
+def test_no_sql_outside_the_library():
+    """library/ owns its schema: no module outside it runs SQL or touches the index's connection
+    (the import contracts keep sqlite out of ui/; this keeps app/, engine/, scripts/ and the entry
+    module from reaching past the Library's methods). Tests may look inside; they are not here."""
+    offenders = []
+    for top in ("app", "engine", "ui", "scripts", "packaging"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            for n, line in enumerate(path.read_text().splitlines(), 1):
+                code = line.split("#", 1)[0]
+                if SQL_OUTSIDE.search(code):
+                    offenders.append(f"{path.relative_to(REPO)}:{n}: {line.strip()}")
+    assert not offenders, "SQL or the index connection outside library/:\n" + "\n".join(offenders)
+
+
+def test_the_sql_check_finds_a_planted_query(tmp_path):
+    planted = 'rows = lib._db.execute("SELECT id FROM entries").fetchall()'
+    assert SQL_OUTSIDE.search(planted)
+    assert SQL_OUTSIDE.search("cur = library.db.conn")
+    assert not SQL_OUTSIDE.search('return self.library.table_rows(fingerprint, "select a document")')

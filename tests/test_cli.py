@@ -94,3 +94,18 @@ def test_not_a_gguf_is_a_clear_error(tmp_path):
     result = CliRunner().invoke(cli, ["doctor", "--model", str(bad)])
     assert result.exit_code == 3
     assert "not a GGUF file" in result.stderr
+
+
+def test_home_option_is_the_data_dir(tmp_path, monkeypatch):
+    """`kvgraft --home DIR` works in DIR, over $KVGRAFT_HOME; without it the environment decides."""
+    monkeypatch.setenv("KVGRAFT_HOME", str(tmp_path / "from-env"))
+    runner = CliRunner()
+    res = runner.invoke(cli, ["--home", str(tmp_path / "chosen"), "keys", "generate", "me"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "chosen" / "keys" / "me.key").is_file()
+    assert not (tmp_path / "from-env" / "keys").exists()
+    res = runner.invoke(cli, ["--home", str(tmp_path / "chosen"), "stats", "--json"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "chosen" / "index.db").is_file()
+    res = runner.invoke(cli, ["stats", "--json"])
+    assert res.exit_code == 0 and (tmp_path / "from-env" / "index.db").is_file()

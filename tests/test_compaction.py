@@ -15,8 +15,8 @@ import struct
 import numpy as np
 import pytest
 
-from kvgraft.app.compaction import compact_library
 from kvgraft.app.library_service import LibraryService, model_record, open_library
+from kvgraft.app.recompaction import compact_library
 from kvgraft.app.textgen import prefix_tokens
 from kvgraft.app.verify import compare_receipts, library_items, run_verify
 from kvgraft.engine.compaction import WindowSpec, canonicalize, dead_cells, dead_ranges, is_canonical
@@ -311,7 +311,7 @@ def _make_legacy(service, engine, text):
     )
     lib.blobs.path(raw.sha256).write_bytes(raw.data)
     with lib.write():
-        lib.db.execute(
+        lib._db.execute(
             "UPDATE blobs SET stored_size = NULL, canonical = NULL, chunks = ? WHERE sha256 = ?",
             [chunk_digests(raw.data), raw.sha256],
         )
@@ -343,7 +343,7 @@ def test_fsck_repair_compacts_old_blobs_and_keeps_receipts_true(service, engine,
         assert s.snapshot().sha256 == moved.blob_sha256 != raw.sha256
     assert not lib.blobs.exists(raw.sha256)
     assert (
-        lib.db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[0]
+        lib._db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[0]
         == moved.blob_sha256
     )
     report = fsck(lib)
@@ -454,7 +454,7 @@ def test_format_1_pack_imports_compacted(service, engine, probe, tmp_path):
     assert e.proof == "replayed" and res["replayed"] == 1  # an old pack's state is proven by a replay here
     assert e.blob_sha256 != raw.sha256 and service.library.blobs.size(e.blob_sha256) < 0.7 * len(raw.data)
     assert (
-        service.library.db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[
+        service.library._db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[
             0
         ]
         == e.blob_sha256

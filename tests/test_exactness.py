@@ -8,6 +8,7 @@ import pytest
 from kvgraft.app.textgen import prefix_tokens
 from kvgraft.engine.compare import compare_logits
 from kvgraft.engine.exactness import graft_vs_fresh
+from tests.inexact_restore import restore_whole_state_inexact
 
 LENGTHS = [1, 64, 511, 512, 513, 1000, 2048, 3000]
 
@@ -47,7 +48,7 @@ def _fresh(engine, n, seed, probe):
 
 def _plain_restore_logits(engine, snap, probe):
     with engine.session() as p:
-        p.restore_whole_state_inexact(snap)
+        restore_whole_state_inexact(p, snap)
         p.prefill(probe)
         return p.logits()
 

@@ -14,7 +14,7 @@ from kvgraft.app.library_service import LibraryService, open_library
 from kvgraft.app.packs import export_pack, import_pack
 from kvgraft.app.textgen import synthetic_text
 from kvgraft.library.errors import BlobCorrupt, StorageFull
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 from kvgraft.library.maintenance import fsck
 from tests.kill_harness import import_kill_trials
 

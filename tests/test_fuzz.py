@@ -13,7 +13,7 @@ import pytest
 from kvgraft.app.library_service import LibraryService
 from kvgraft.app.packs import build_pack
 from kvgraft.app.problems import Problem, write_jsonl
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 from tests.fuzz_harness import FuzzStats, fuzz_pack_import, fuzz_snapshots
 
 CASES = int(os.environ.get("KVGRAFT_FUZZ_CASES", "500"))

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from kvgraft.library.errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 from kvgraft.library.normalize import question_key
 from kvgraft.library.tokens import PREFIX_BLOCK
 
@@ -179,4 +179,4 @@ def test_remove_keeps_blob_until_gc(lib):
     assert lib.count() == 0 and lib.blobs.exists(e.blob_sha256)
     assert gc(lib)["removed_blobs"] == 1
     assert not lib.blobs.exists(e.blob_sha256)
-    assert lib.db.execute("SELECT count(*) FROM prefix_keys").fetchone()[0] == 0
+    assert lib._db.execute("SELECT count(*) FROM prefix_keys").fetchone()[0] == 0

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 from kvgraft.library.maintenance import fsck, gc
 
 FP = "a" * 64
@@ -68,11 +68,11 @@ def test_leftovers_are_reclaimable_not_problems(lib):
     orphan_sha = lib.blobs.put(os.urandom(100)).sha256
     tmp = lib.blobs.root / orphan_sha[:2] / f".tmp-{'c' * 64}-999999999-abcd"
     tmp.write_bytes(b"partial")
-    lib.db.execute(
+    lib._db.execute(
         "INSERT INTO pending_blobs (sha256, pid, host, created_at) VALUES (?, ?, ?, ?)",
         ["d" * 64, 999999999, os.uname().nodename, "2020-01-01T00:00:00+00:00"],
     )
-    lib.db.conn.commit()
+    lib._db.conn.commit()
     r = fsck(lib)
     assert r["ok"] and r["problems"] == []
     assert kinds(r["reclaimable"]) == ["orphan_blob", "stale_pending", "temp_file"]
@@ -84,9 +84,9 @@ def test_leftovers_are_reclaimable_not_problems(lib):
 
 def test_dangling_index_rows(lib):
     e = add(lib, 100)
-    lib.db.execute("PRAGMA foreign_keys=OFF")
-    lib.db.execute("INSERT INTO prefix_keys (key, length, entry_id, full) VALUES (?, 64, 4242, 0)", [b"k" * 16])
-    lib.db.conn.commit()
+    lib._db.execute("PRAGMA foreign_keys=OFF")
+    lib._db.execute("INSERT INTO prefix_keys (key, length, entry_id, full) VALUES (?, 64, 4242, 0)", [b"k" * 16])
+    lib._db.conn.commit()
     r = fsck(lib)
     assert [p["kind"] for p in r["problems"]] == ["dangling_prefix_keys"]
     assert fsck(lib, repair=True)["repaired"]
@@ -96,14 +96,14 @@ def test_dangling_index_rows(lib):
 
 def test_gc_keeps_live_pending_blob(lib):
     sha = lib.blobs.put(os.urandom(100)).sha256
-    lib.db.execute(
+    lib._db.execute(
         "INSERT INTO pending_blobs (sha256, pid, host, created_at) VALUES (?, ?, ?, datetime('now'))",
         [sha, os.getpid(), os.uname().nodename],
     )
-    lib.db.conn.commit()
+    lib._db.conn.commit()
     assert gc(lib, grace_s=0)["removed_blobs"] == 0 and lib.blobs.exists(sha)
-    lib.db.execute("DELETE FROM pending_blobs")
-    lib.db.conn.commit()
+    lib._db.execute("DELETE FROM pending_blobs")
+    lib._db.conn.commit()
     assert gc(lib, grace_s=0)["removed_blobs"] == 1 and not lib.blobs.exists(sha)
 
 
@@ -163,8 +163,8 @@ def test_commit_refused_when_gc_took_the_pending_record(lib, monkeypatch):
 
     def mark_then_lose(shas):
         ids = real(shas)
-        lib.db.execute("DELETE FROM pending_blobs")  # what a gc on another host would do after the grace period
-        lib.db.conn.commit()
+        lib._db.execute("DELETE FROM pending_blobs")  # what a gc on another host would do after the grace period
+        lib._db.conn.commit()
         return ids
 
     monkeypatch.setattr(lib, "mark_pending", mark_then_lose)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 from kvgraft.library.maintenance import fsck
 from tests.kill_harness import kill_trials
 

@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 from sqlite_utils import Database
 
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 from kvgraft.library.schema import MIGRATIONS, insert_prefix_keys, migrations
 from kvgraft.library.tokens import pack_tokens, tokens_sha256
 
@@ -22,21 +22,21 @@ def test_migration_list_is_complete():
 
 def test_blank_database(tmp_path):
     with Library(tmp_path) as lib:
-        applied = [m.name for m in migrations.applied(lib.db)]
+        applied = [m.name for m in migrations.applied(lib._db)]
         assert applied == MIGRATIONS
         assert {
             "entries",
             "blobs",
             "models",
             "packs",
-            "receipts",
             "pending_blobs",
             "prefix_keys",
             "entries_fts",
-        } <= set(lib.db.table_names())
-        assert lib.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        } <= set(lib._db.table_names())
+        assert "receipts" not in lib._db.table_names()  # m008: a table nothing wrote
+        assert lib._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with Library(tmp_path) as lib:  # reopening applies nothing twice
-        assert [m.name for m in migrations.applied(lib.db)] == MIGRATIONS
+        assert [m.name for m in migrations.applied(lib._db)] == MIGRATIONS
 
 
 @pytest.mark.parametrize("stop_before", MIGRATIONS[1:])
@@ -73,12 +73,14 @@ def test_older_schema_with_data(tmp_path, stop_before):
             "damaged": None,
         }
     )
+    if MIGRATIONS.index(stop_before) > MIGRATIONS.index("m007_proof"):  # that version's deposits record a proof
+        db.execute("UPDATE entries SET proof = 'local' WHERE id = 1")
     if MIGRATIONS.index(stop_before) > MIGRATIONS.index("m003_prefix_keys"):
         insert_prefix_keys(db, 1, pack_tokens(TOKENS), len(TOKENS))  # what that version's deposit wrote
     db.conn.commit()
     db.close()
     with Library(tmp_path) as lib:
-        assert [m.name for m in migrations.applied(lib.db)] == MIGRATIONS
+        assert [m.name for m in migrations.applied(lib._db)] == MIGRATIONS
         assert lib.count() == 1
         assert lib.longest_prefix(TOKENS + [7, 7], "f" * 64).id == 1
         assert [e.id for e in lib.search("river")] == [1]

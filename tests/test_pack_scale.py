@@ -11,7 +11,7 @@ import pytest
 import kvgraft.library.importer as importer
 from kvgraft.app.library_service import LibraryService, open_library
 from kvgraft.app.packs import export_pack, import_pack
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 
 N_TEXTS, PER_TEXT = 50, 200  # 10,000 entries over 50 distinct blobs
 
@@ -45,7 +45,7 @@ def test_ten_thousand_entries_in_one_transaction(engine, big_pack):
         elapsed = time.perf_counter() - t0
         assert res["imported"] == N_TEXTS * PER_TEXT and res["skipped"] == 0
         assert lib.count() == 10_000 and lib.stats()["blobs"] == N_TEXTS
-        assert lib.db.execute("SELECT count(DISTINCT pack_id) FROM entries").fetchone()[0] == 1
+        assert lib._db.execute("SELECT count(DISTINCT pack_id) FROM entries").fetchone()[0] == 1
     assert ("tokens", 10_000, 10_000) in seen and ("blobs", N_TEXTS, N_TEXTS) in seen
     print(f"\n10,000-entry pack imported in {elapsed:.1f} s")
 
@@ -66,4 +66,4 @@ def test_ten_thousand_entries_all_or_nothing(engine, big_pack, monkeypatch):
         with pytest.raises(RuntimeError, match="last entry"):
             import_pack(LibraryService(engine, lib), big_pack)
         assert lib.count() == 0
-        assert lib.db.execute("SELECT count(*) FROM packs").fetchone()[0] == 0
+        assert lib._db.execute("SELECT count(*) FROM packs").fetchone()[0] == 0

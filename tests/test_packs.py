@@ -16,7 +16,7 @@ from kvgraft.app.packs import build_pack, import_pack
 from kvgraft.app.problems import Problem, starter_problems, write_jsonl
 from kvgraft.entry import cli
 from kvgraft.library import container
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 from kvgraft.library.pack import PackError
 from tests import pack_mutations as pm
 
@@ -46,8 +46,8 @@ def library_state():
         return (
             lib.count(),
             sorted(lib.blobs.iter_blobs()),
-            lib.db.execute("SELECT count(*) FROM packs").fetchone()[0],
-            lib.db.execute("SELECT count(*) FROM pending_blobs").fetchone()[0],
+            lib._db.execute("SELECT count(*) FROM packs").fetchone()[0],
+            lib._db.execute("SELECT count(*) FROM pending_blobs").fetchone()[0],
         )
 
 

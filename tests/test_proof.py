@@ -19,7 +19,7 @@ import kvgraft.app.packs as packs_mod
 from kvgraft.app.library_service import LibraryService, open_library
 from kvgraft.app.packs import export_pack
 from kvgraft.entry import cli
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 from kvgraft.library.signing import generate_key
 from tests import pack_mutations as pm
 
@@ -74,7 +74,7 @@ def packs(engine, tmp_path_factory):
 
 def _state():
     with open_library() as lib:
-        return lib.count(), sorted(lib.blobs.iter_blobs()), lib.db.execute("SELECT count(*) FROM packs").fetchone()[0]
+        return lib.count(), sorted(lib.blobs.iter_blobs()), lib._db.execute("SELECT count(*) FROM packs").fetchone()[0]
 
 
 def test_poisoned_pack_refused_at_import_naming_the_entry(packs, run):
@@ -216,17 +216,17 @@ def test_exact_is_a_comparison_that_can_fail(engine, run):
     assert a["answer_ready"] is True  # its answer-ready state was grafted (one token decoded)
     with open_library() as lib:  # the receipts now record other fresh logits: the comparison must fail
         for e in lib.entries():
-            lib.db.execute(
+            lib._db.execute(
                 "UPDATE entries SET receipt = ? WHERE id = ?",
                 [json.dumps({**e.receipt, "fresh_logits_sha256": "0" * 64}), e.id],
             )
-        lib.db.conn.commit()
+        lib._db.conn.commit()
     r = run(cli, ["ask", q, "--json"])
     assert json.loads(r.stdout)["exact"] is False
     assert "NOT exact" in run(cli, ["ask", q]).stderr
     with open_library() as lib:  # no receipt for this continuation: nothing compared
-        lib.db.execute("UPDATE entries SET receipt = NULL")
-        lib.db.conn.commit()
+        lib._db.execute("UPDATE entries SET receipt = NULL")
+        lib._db.conn.commit()
     r = run(cli, ["ask", q])
     assert json.loads(run(cli, ["ask", q, "--json"]).stdout)["exact"] is None
     assert "exact restore, not compared" in r.stderr
@@ -243,11 +243,11 @@ def test_confirmed_deposit_is_verified_by_you(run):
 
 def _as_legacy(lib, entry_id, fingerprint, receipt=None):
     """Make an entry look as kvgraft before the probe fingerprint stored it."""
-    lib.db.execute(
+    lib._db.execute(
         "UPDATE entries SET fingerprint = ?, receipt = coalesce(?, receipt) WHERE id = ?",
         [fingerprint, json.dumps(receipt) if receipt else None, entry_id],
     )
-    lib.db.conn.commit()
+    lib._db.conn.commit()
 
 
 def test_legacy_fingerprint_relabelled_when_this_engine_opens(engine, tmp_path):
@@ -260,7 +260,7 @@ def test_legacy_fingerprint_relabelled_when_this_engine_opens(engine, tmp_path):
         LibraryService(engine, lib)  # opening it checks one old-style entry against its receipt, then relabels
         assert lib.get(mine.id).fingerprint == engine.fingerprint and lib.get(mine.id).graftable(engine.fingerprint)
         assert lib.get(other.id).fingerprint == "cd" * 32  # made elsewhere: needs verify --replay
-        assert lib.db.execute("SELECT entries FROM fingerprint_relabels").fetchone()[0] == 1
+        assert lib._db.execute("SELECT entries FROM fingerprint_relabels").fetchone()[0] == 1
 
 
 def test_legacy_entries_not_relabelled_when_their_receipt_differs(engine, tmp_path):

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 import kvgraft.app.cli.common as common
 from kvgraft.app.library_service import LibraryService, open_library
+from kvgraft.app.library_view import LibraryView
 from kvgraft.app.packs import import_pack, trust_store
 from kvgraft.entry import cli
 from kvgraft.library.pack import PackError, PackReader
@@ -63,6 +64,15 @@ def test_signed_pack_verifies_and_is_recorded(signed_pack, run, tmp_path, monkey
     assert "signed by" in r.stdout
     shown = run(cli, ["show", "1"]).stdout
     assert "signed by" in shown and "(alice)" in shown
+    # the app's table says the same: the trusted key's name (library/views.py rows, app/library_view.py words)
+    view = LibraryView(tmp_path / "other")
+    try:
+        [row] = view.rows(None)
+        assert row.source == f"{path.name} (signed alice)" and row.proof == "signed:alice"
+        assert run(cli, ["keys", "untrust", row.signer]).exit_code == 0
+        assert view.rows(None)[0].source == f"{path.name} (signed, key not trusted here)"
+    finally:
+        view.close()
 
 
 def test_unsigned_pack_says_so_and_require_signed_refuses(run, tmp_path, monkeypatch):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -13,10 +14,10 @@ from kvgraft.app.packs import build_pack
 from kvgraft.app.problems import starter_problems, write_jsonl
 from kvgraft.app.runtime import Settings
 from kvgraft.app.textgen import synthetic_text
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 from kvgraft.ui.library_table import COLUMNS, EntriesModel, sorted_view
 from kvgraft.ui.main_window import MainWindow
-from kvgraft.ui.settings_dialog import load_settings, save_settings
+from kvgraft.ui.settings_dialog import SettingsDialog, load_settings, save_settings
 
 SHORT = sorted(starter_problems(24), key=lambda p: len(p.solution))[:2]
 
@@ -133,6 +134,46 @@ def test_settings_persist(qtbot, engine, qsettings):
     assert w.settings.n_ctx == 4096 and w.settings.n_threads == 1
     w.close()
     assert not w.client.thread.isRunning()
+
+
+def test_settings_persist_whole(qsettings, tmp_path):
+    """Every field is stored, the bit-deciding ones too: the app grafts what `--flash-attn` deposited."""
+    s = Settings(model=tmp_path / "m.gguf", n_ctx=2048, n_threads=3, n_gpu_layers=5, flash_attn=True, type_k="q8_0")
+    save_settings(qsettings, s)
+    again = load_settings(QSettings(qsettings.fileName(), QSettings.IniFormat))
+    assert again == s and again.flash_attn is True and again.type_k == "q8_0"
+    assert set(s.to_dict()) == {f.name for f in dataclasses.fields(Settings)}
+
+
+def test_settings_from_an_older_version_and_a_damaged_file(tmp_path):
+    old = QSettings(str(tmp_path / "old.ini"), QSettings.IniFormat)
+    for key, value in (("model", ""), ("n_ctx", 2048), ("threads", 2), ("gpu_layers", 0)):
+        old.setValue(key, value)
+    old.sync()
+    s = load_settings(QSettings(old.fileName(), QSettings.IniFormat))
+    assert (s.model, s.n_ctx, s.n_threads, s.flash_attn) == (None, 2048, 2, False)
+    bad = QSettings(str(tmp_path / "bad.ini"), QSettings.IniFormat)
+    bad.setValue("config", '{"n_ctx": "lots", "flash_attn": true, "colour": "red"}')
+    bad.sync()
+    s = load_settings(QSettings(bad.fileName(), QSettings.IniFormat))
+    assert s.n_ctx == Settings().n_ctx and s.flash_attn is True  # a wrong type keeps the default
+
+
+def test_settings_dialog_keeps_what_it_does_not_show_and_sets_flash_attention(qtbot):
+    s = Settings(n_ctx=2048, n_threads=2, type_v="q8_0")
+    dlg = SettingsDialog(s)
+    qtbot.addWidget(dlg)
+    dlg.flash_attn.setChecked(True)
+    out = dlg.result_settings()
+    assert out == dataclasses.replace(s, flash_attn=True)
+
+
+def test_check_and_repair_from_the_menu(qtbot, window):
+    """File > Check and repair library runs the same use case as `kvgraft fsck --repair`."""
+    action = next(a for a in window.menuBar().actions()[0].menu().actions() if a.text() == "Check and repair library")
+    action.trigger()
+    text = wait_message(qtbot, window, "Check and repair")
+    assert text.splitlines()[-1] == "0 entries, 0 blobs: ok"
 
 
 def test_gui_stays_responsive_during_a_long_deposit(qtbot, window):

@@ -20,7 +20,7 @@ from kvgraft.app.problems import starter_problems
 from kvgraft.app.textgen import prefix_tokens
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.entry import cli
-from kvgraft.library.index import Library
+from kvgraft.library.library import Library
 
 SOLUTION = next(p for p in starter_problems(24) if 2_000 < len(p.solution) < 3_000)  # a few hundred tokens
 
@@ -87,9 +87,9 @@ def test_answer_ready_state_answers_in_one_token_exactly(engine, tmp_path):
         assert not fallback.answer_ready and fallback.exact is True and fallback.answer == p.answer
         assert lib.get(ready.id).damaged
         # without the answer-ready state the solution is still answered, exactly, on the old path
-        lib.db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [ready.id])
-        lib.db.execute("DELETE FROM entries WHERE id = ?", [ready.id])
-        lib.db.conn.commit()
+        lib._db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [ready.id])
+        lib._db.execute("DELETE FROM entries WHERE id = ?", [ready.id])
+        lib._db.conn.commit()
         old = ask(service, p.question)
         assert not old.answer_ready and old.exact is True and old.answer == p.answer
         assert old.tokens_prefilled == len(engine.model.tokenize(f"\nQ: {p.question}\nA:", add_bos=False))

@@ -6,6 +6,7 @@ thread only reads the library index for the table and the status bar (app/librar
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+import kvgraft
 from kvgraft.app.gguf_check import NotAModel, inspect_gguf
 from kvgraft.app.library_view import LibraryView
 from kvgraft.app.runtime import Settings
@@ -39,7 +41,7 @@ from .library_table import EntriesModel, sorted_view
 from .settings_dialog import SettingsDialog, load_settings, save_settings
 from .worker import EngineWorker, WorkerClient
 
-ICON = Path(__file__).resolve().parent.parent / "packaging" / "kvgraft.svg"
+ICON = Path(kvgraft.__file__).resolve().parent / "kvgraft.svg"  # package data of kvgraft (packaging/kvgraft)
 DROPPABLE = (".kvpack", ".jsonl", ".gguf")
 
 
@@ -87,6 +89,7 @@ class MainWindow(QMainWindow):
         for text, slot in (
             ("Import packs...", self._choose_import),
             ("Settings...", self._open_settings),
+            ("Check and repair library", self.repair_library),
             ("Quit", self.close),
         ):
             act = QAction(text, self)
@@ -172,6 +175,7 @@ class MainWindow(QMainWindow):
         w.imported.connect(self._on_imported)
         w.verified.connect(self._on_verified)
         w.exported.connect(self._on_exported)
+        w.repaired.connect(self._on_repaired)
         w.library_changed.connect(self.refresh_library)
         w.failed.connect(self._on_failed)
         w.busy.connect(self._on_busy)
@@ -218,6 +222,13 @@ class MainWindow(QMainWindow):
 
     def _on_exported(self, d: dict) -> None:
         self.notify("Exported", f"{d['file']}: {d['entries']} entries, {d['bytes'] / 1e6:.1f} MB")
+
+    def _on_repaired(self, r: dict) -> None:
+        self.notify("Check and repair", "\n".join(r["lines"]), error=not r["ok"])
+
+    def repair_library(self) -> None:
+        """Check every blob and index row; compact old blobs, reclaim leftovers (kvgraft fsck --repair)."""
+        self.client.request_repair.emit()
 
     def _on_busy(self, busy: bool) -> None:
         self.progress.setVisible(busy)
@@ -385,9 +396,7 @@ class MainWindow(QMainWindow):
             "Switch model", f"Switch to {info['name']} ({info['architecture']}, {info['size_bytes'] / 1e6:,.0f} MB)?"
         ):
             s = self.settings
-            self.apply_settings(
-                Settings(model=Path(info["path"]), n_ctx=s.n_ctx, n_threads=s.n_threads, n_gpu_layers=s.n_gpu_layers)
-            )
+            self.apply_settings(dataclasses.replace(s, model=Path(info["path"])))
 
     def confirm(self, title: str, text: str) -> bool:
         return QMessageBox.question(self, title, text) == QMessageBox.Yes

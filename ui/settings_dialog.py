@@ -1,11 +1,16 @@
-"""Settings (model file, GPU layers, threads, context size), persisted with QSettings."""
+"""Settings (model file, GPU layers, batch sizes, threads, context size, flash attention, KV types), persisted
+whole with QSettings: the app grafts what the CLI deposited with the same settings."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
     QDialog,
     QDialogButtonBox,
     QFileDialog,
@@ -17,30 +22,39 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvgraft.app.runtime import Settings, physical_cores
+from kvgraft.app.runtime import KV_TYPE_NAMES, Settings
+
+CONFIG_KEY = "config"  # the whole Settings as JSON (Settings.to_dict)
 
 
 def load_settings(qs: QSettings) -> Settings:
-    model = qs.value("model", "", type=str)
-    return Settings(
-        model=Path(model) if model else None,
-        n_ctx=qs.value("n_ctx", 8192, type=int),
-        n_threads=qs.value("threads", physical_cores(), type=int),
-        n_gpu_layers=qs.value("gpu_layers", 0, type=int),
-    )
+    raw = qs.value(CONFIG_KEY, "", type=str)
+    if raw:
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            return Settings.from_dict(data)
+    # settings saved by an older kvgraft: four fields under their own keys
+    old = {"model": qs.value("model", "", type=str)}
+    for key, name in (("n_ctx", "n_ctx"), ("threads", "n_threads"), ("gpu_layers", "n_gpu_layers")):
+        if qs.contains(key):
+            old[name] = qs.value(key, type=int)
+    return Settings.from_dict(old)
 
 
 def save_settings(qs: QSettings, s: Settings) -> None:
-    qs.setValue("model", str(s.model) if s.model else "")
-    qs.setValue("n_ctx", s.n_ctx)
-    qs.setValue("threads", s.n_threads)
-    qs.setValue("gpu_layers", s.n_gpu_layers)
+    qs.setValue(CONFIG_KEY, json.dumps(s.to_dict(), sort_keys=True))
+    for key in ("model", "n_ctx", "threads", "gpu_layers"):  # the older layout, replaced by CONFIG_KEY
+        qs.remove(key)
     qs.sync()
 
 
 class SettingsDialog(QDialog):
     def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.settings = settings
         self.setWindowTitle("kvgraft settings")
         form = QFormLayout(self)
         self.model = QLineEdit(str(settings.model) if settings.model else "")
@@ -53,10 +67,25 @@ class SettingsDialog(QDialog):
         form.addRow("Model file (GGUF)", row)
         self.gpu_layers = QSpinBox(maximum=1000, value=settings.n_gpu_layers)
         form.addRow("GPU layers (CUDA builds)", self.gpu_layers)
+        self.n_batch = QSpinBox(minimum=1, maximum=131072, value=settings.n_batch)
+        self.n_batch.setToolTip("Tokens per decode call. On a GPU the batch shape decides the bits; not on the CPU.")
+        form.addRow("Batch size (tokens)", self.n_batch)
+        self.n_ubatch = QSpinBox(minimum=1, maximum=131072, value=settings.n_ubatch)
+        self.n_ubatch.setToolTip("Tokens per compute step, at most the batch size.")
+        form.addRow("Micro-batch size (tokens)", self.n_ubatch)
         self.threads = QSpinBox(minimum=1, maximum=256, value=settings.n_threads)
         form.addRow("Threads", self.threads)
         self.n_ctx = QSpinBox(minimum=512, maximum=131072, singleStep=1024, value=settings.n_ctx)
         form.addRow("Context size (tokens)", self.n_ctx)
+        self.flash_attn = QCheckBox("on (changes the bits: entries made with it off are not grafted)")
+        self.flash_attn.setChecked(settings.flash_attn)
+        form.addRow("Flash attention", self.flash_attn)
+        self.type_k, self.type_v = QComboBox(), QComboBox()
+        for box, value in ((self.type_k, settings.type_k), (self.type_v, settings.type_v)):
+            box.addItems(KV_TYPE_NAMES)
+            box.setCurrentText(value)
+        form.addRow("KV cache type (K)", self.type_k)
+        form.addRow("KV cache type (V)", self.type_v)
         buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -69,9 +98,15 @@ class SettingsDialog(QDialog):
 
     def result_settings(self) -> Settings:
         text = self.model.text().strip()
-        return Settings(
+        return dataclasses.replace(
+            self.settings,
             model=Path(text) if text else None,
             n_ctx=self.n_ctx.value(),
             n_threads=self.threads.value(),
             n_gpu_layers=self.gpu_layers.value(),
+            n_batch=self.n_batch.value(),
+            n_ubatch=min(self.n_ubatch.value(), self.n_batch.value()),
+            flash_attn=self.flash_attn.isChecked(),
+            type_k=self.type_k.currentText(),
+            type_v=self.type_v.currentText(),
         )

@@ -7,26 +7,22 @@ Long operations report progress and check a cancel flag between chunks/items.
 from __future__ import annotations
 
 import logging
-import threading
 import traceback
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
 from kvgraft.app.ask import ask as run_ask
-from kvgraft.app.errors import Cancelled as OperationCancelled
-from kvgraft.app.errors import EngineError, LibraryError
+from kvgraft.app.errors import Cancelled, EngineError, LibraryError
+from kvgraft.app.import_files import import_files
 from kvgraft.app.library_service import LibraryService, open_library
-from kvgraft.app.packs import export_pack, import_pack
-from kvgraft.app.problems import read_jsonl
+from kvgraft.app.packs import export_pack
+from kvgraft.app.progress import CancelFlag
+from kvgraft.app.repair import check_library
 from kvgraft.app.runtime import Settings, open_engine
-from kvgraft.app.verify import library_items, run_verify
+from kvgraft.app.verification import verify_targets
 
 log = logging.getLogger(__name__)
-
-
-class Cancelled(Exception):
-    pass
 
 
 class EngineWorker(QObject):
@@ -39,6 +35,7 @@ class EngineWorker(QObject):
     imported = Signal(dict)  # {imported, skipped, refused: [{file, reason}]}
     verified = Signal(dict)
     exported = Signal(dict)
+    repaired = Signal(dict)  # RepairReport: {"ok", "lines", "report"}
     library_changed = Signal()
     failed = Signal(str, str)  # operation, message
     busy = Signal(bool)
@@ -48,7 +45,7 @@ class EngineWorker(QObject):
         self.settings = settings
         self.engine = engine  # tests inject an already-loaded engine
         self._owns_engine = engine is None
-        self._cancel = threading.Event()
+        self._cancel = CancelFlag()
         self._lib = None
         self._svc = None
 
@@ -67,10 +64,6 @@ class EngineWorker(QObject):
             self._svc = LibraryService(self.engine, self._lib)
         return self._svc
 
-    def _check_cancel(self) -> None:
-        if self._cancel.is_set():
-            raise Cancelled()
-
     def _progress(self, stage: str):
         def report(done: int, total: int, *_):
             self.progress.emit(stage, done, total)
@@ -87,8 +80,6 @@ class EngineWorker(QObject):
         try:
             fn()
         except Cancelled:
-            self.failed.emit(op, "cancelled")
-        except OperationCancelled:
             self.failed.emit(op, "cancelled")
         except Exception as exc:  # every error reaches the user as a message, never a crash
             if not isinstance(exc, (EngineError, LibraryError)):
@@ -147,7 +138,7 @@ class EngineWorker(QObject):
 
     @Slot(str, str, str)
     def deposit_solution(self, question: str, solution: str, answer: str) -> None:
-        """An answer the user confirmed, stored in the format the model copies from (app/problems.py)."""
+        """An answer the user confirmed, stored in the format the model copies from (app/prompts.py)."""
         self._deposit(
             lambda svc, progress: svc.deposit_solution(
                 question, solution, answer, on_progress=progress, vouched_by="you"
@@ -157,40 +148,10 @@ class EngineWorker(QObject):
     @Slot(list)
     def import_files(self, paths: list) -> None:
         def go():
-            service = self._service()
-            summary = {"imported": 0, "skipped": 0, "refused": [], "replayed": 0, "replay_s": 0.0, "unproven": 0}
-            for k, p in enumerate(paths):
-                self._check_cancel()
-                p = Path(p)
-                try:
-                    if p.suffix == ".jsonl":
-                        problems = read_jsonl(p)
-                        for i, prob in enumerate(problems):
-                            self._check_cancel()
-                            res = service.deposit_solution(
-                                prob.question, prob.solution, prob.answer, checker=prob.checker
-                            )
-                            summary["imported" if res.created else "skipped"] += 1
-                            self.progress.emit(f"building {p.name}", i + 1, len(problems))
-                    else:
-
-                        def progress(stage, done, total, name=p.name):
-                            self.progress.emit(f"{name}: {stage}", done, total)
-                            self._check_cancel()  # an import is all or nothing: stopping midway changes nothing
-
-                        # unsigned entries are replayed ("checking 3/12") before anything is written
-                        res = import_pack(service, p, progress=progress)
-                        summary["imported"] += res["imported"]
-                        summary["skipped"] += res["skipped"]
-                        summary["replayed"] += res["replayed"]
-                        summary["replay_s"] += res["replay_s"]
-                        summary["unproven"] += res["proof"].get("unproven", 0)
-                except Cancelled:
-                    raise
-                except Exception as exc:
-                    summary["refused"].append({"file": str(p), "reason": str(exc)})
-                self.progress.emit("files", k + 1, len(paths))
-            self.imported.emit(summary)
+            # the CLI's `kvgraft import` runs the same use case: packs whole or refused (unsigned entries
+            # replayed before anything is written), problem files built; stopping midway changes no pack
+            summary = import_files(self._service(), paths, progress=self._cancel.reporting(self.progress.emit))
+            self.imported.emit(summary.as_dict())
             self.library_changed.emit()
 
         self._run("import", go)
@@ -200,17 +161,25 @@ class EngineWorker(QObject):
         def go():
             service = self._service()
             entries = [service.library.get(int(i)) for i in ids] if ids else service.library.entries()
-            items = library_items(service, entries)
-
-            def progress(stage, done, total):
-                self.progress.emit("verify", done, total)
-                self._check_cancel()
-
-            out = run_verify(service, items, [{"type": "library", "entries": len(items)}], replay, 1, progress=progress)
-            self.verified.emit(out)
+            report = self._cancel.reporting(lambda _stage, done, total: self.progress.emit("verify", done, total))
+            # the same use case as `kvgraft verify --library`
+            out = verify_targets(service, entries=entries, replay=replay, samples=1, progress=report)
+            self.verified.emit(out.receipts)
             self.library_changed.emit()
 
         self._run("verify", go)
+
+    @Slot()
+    def repair(self) -> None:
+        def go():
+            # the same use case as `kvgraft fsck --repair`
+            res = check_library(
+                self._service().library, repair=True, progress=self._cancel.reporting(self.progress.emit)
+            )
+            self.repaired.emit({"ok": res.ok, "lines": res.lines(), "report": res.as_dict()})
+            self.library_changed.emit()
+
+        self._run("repair", go)
 
     @Slot(list, str)
     def export(self, ids: list, path: str) -> None:
@@ -263,6 +232,7 @@ class WorkerClient(QObject):
     request_verify = Signal(list, bool)
     request_export = Signal(list, str)
     request_remove = Signal(list)
+    request_repair = Signal()
 
     def __init__(self, worker: EngineWorker) -> None:
         super().__init__()
@@ -278,6 +248,7 @@ class WorkerClient(QObject):
         self.request_verify.connect(worker.verify)
         self.request_export.connect(worker.export)
         self.request_remove.connect(worker.remove)
+        self.request_repair.connect(worker.repair)
         # run in the worker thread as it ends: its warm context is freed by the thread that owns it
         self.thread.finished.connect(worker.release_contexts, Qt.DirectConnection)
         self.thread.start()

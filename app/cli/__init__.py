@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from .. import __version__
@@ -13,12 +15,20 @@ from .engine_cmds import doctor, selftest
 from .keys_cmds import keys
 from .library_cmds import COMMANDS as LIBRARY_COMMANDS
 from .pack_cmds import COMMANDS as PACK_COMMANDS
+from .verify_cmd import verify
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="kvgraft")
 @click.option("-v", "--verbose", count=True, help="More logging on stderr (-vv for llama.cpp's own log).")
-def cli(verbose: int) -> None:
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="KVGRAFT_HOME",
+    default=None,
+    help="Data dir (library, keys, receipts). Default: $KVGRAFT_HOME, else the platform's user data dir.",
+)
+def cli(verbose: int, home: Path | None) -> None:
     """kvgraft: reuse a language model's KV cache as verified knowledge, byte-exactly."""
     setup_logging(verbose)
 
@@ -28,6 +38,7 @@ cli.add_command(selftest)
 cli.add_command(demo)
 cli.add_command(bench)
 cli.add_command(keys)
+cli.add_command(verify)
 for _cmd in LIBRARY_COMMANDS + PACK_COMMANDS + ANSWER_COMMANDS:
     cli.add_command(_cmd)
 

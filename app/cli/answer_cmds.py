@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import click
@@ -12,11 +10,9 @@ from kvgraft.library.errors import LibraryError
 
 from ..ask import ask as run_ask
 from ..library_service import LibraryService, open_library
-from ..packs import state_size_limit, trust_store, trusted_name
 from ..problems import read_jsonl
 from ..solve import solve as run_solve
-from ..verify import compare_receipts, library_items, pack_inputs, pack_items, receipts_sha256, run_verify
-from .common import EXIT_CHECK_FAILED, EXIT_INPUT, emit_json, engine_options, handle_errors, stage_progress
+from .common import cli_home, emit_json, engine_options, handle_errors, stage_progress
 
 
 @click.command()
@@ -45,7 +41,7 @@ def ask(state, question, context_file, budget, no_library, as_json) -> None:
     def stream(_tok: int, piece: str) -> None:
         click.echo(piece, nl=False)
 
-    with open_library() as lib, LibraryService(engine, lib) as service:
+    with open_library(cli_home()) as lib, LibraryService(engine, lib) as service:
         r = run_ask(
             service,
             question,
@@ -88,7 +84,7 @@ def solve(state, problems, budget, related, no_deposit, as_json) -> None:
     except ValueError as exc:
         raise LibraryError(str(exc)) from exc
     engine = state.engine()
-    with open_library() as lib, LibraryService(engine, lib) as service:
+    with open_library(cli_home()) as lib, LibraryService(engine, lib) as service:
         out = run_solve(
             service, items, budget=budget, related=related, deposit=not no_deposit, progress=stage_progress("solve")
         )
@@ -115,142 +111,4 @@ def solve(state, problems, budget, related, no_deposit, as_json) -> None:
         )
 
 
-@click.command()
-@click.argument("packs", type=click.Path(dir_okay=False, path_type=Path), nargs=-1)
-@click.option("--library", "use_library", is_flag=True, help="Verify every entry in the library.")
-@click.option(
-    "--replay",
-    is_flag=True,
-    help="Recompute each blob fresh (must be bit-identical) and compare graft vs fresh logits.",
-)
-@click.option(
-    "--samples",
-    type=click.IntRange(1),
-    default=1,
-    show_default=True,
-    help="Probe continuations per entry with --replay.",
-)
-@click.option(
-    "--receipts",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write (or with --check, read) the receipts JSON.",
-)
-@click.option("--check", is_flag=True, help="Re-run the checks a receipts file records and compare every hash.")
-@click.option("--json", "as_json", is_flag=True, help="Print ok, entries and failures as JSON.")
-@engine_options
-@handle_errors
-def verify(state, packs, use_library, replay, samples, receipts, check, as_json) -> None:
-    """Verify packs or the whole library: blob hashes, bit-exact replay, graft vs fresh logits, answers.
-
-    Exit 0 only if every check passed. With --receipts FILE the inputs' and outputs' hashes and the
-    engine fingerprint are written to FILE; `verify --receipts FILE --check` re-runs and compares.
-    """
-    if check:
-        if not receipts or packs or use_library:
-            raise click.UsageError("--check takes only --receipts FILE")
-        old = json.loads(Path(receipts).read_text())
-        if old.get("kind") != "kvgraft-verify-receipts":
-            raise click.UsageError(f"{receipts} is not a kvgraft receipts file")
-        packs = tuple(Path(i["path"]) for i in old["inputs"] if i["type"] == "pack")
-        use_library = any(i["type"] == "library" for i in old["inputs"])
-        replay, samples = old["options"]["replay"], old["options"]["samples"]
-    elif bool(packs) == use_library:
-        raise click.UsageError("give pack files or --library (one of them)")
-    engine = state.engine()
-    readers = []
-    try:
-        with open_library() as lib, LibraryService(engine, lib) as service:
-            items, inputs = [], []
-            for p in packs:
-                inp, reader = pack_inputs(p)
-                readers.append(reader)
-                reader.max_blob_size = state_size_limit(engine)
-                if check and inp["sha256"] != next(
-                    i["sha256"] for i in old["inputs"] if i.get("path") == str(Path(p).resolve())
-                ):
-                    click.echo(f"error: {p} is not the pack the receipts name (its SHA-256 changed)", err=True)
-                    sys.exit(EXIT_INPUT)
-                inputs.append(inp)
-                items += pack_items(reader, inp["sha256"], trusted_signer=trusted_name(reader, trust_store(lib.root)))
-            if use_library:
-                entries = lib.entries()
-                if check:
-                    refs = {r["ref"] for r in old["results"]}
-                    entries = [e for e in entries if f"library#{e.id}" in refs]
-                inputs.append({"type": "library", "path": str(lib.root), "entries": len(entries)})
-                items += library_items(service, entries)
-            if not items:
-                raise LibraryError("nothing to verify: the library is empty")
-            out = run_verify(service, items, inputs, replay, samples, progress=stage_progress("verify"))
-    finally:
-        for r in readers:
-            r.close()
-    if check:
-        diffs = compare_receipts(old, out)
-        recorded = old.get("failures") or ([{"entry": None, "check": "ok"}] if old.get("ok") is not True else [])
-        res = {
-            "ok": not diffs and not recorded,
-            "entries": len(old["results"]),
-            "failures": diffs,
-            "recorded_failures": recorded,
-            "hashes_reproduced": not diffs,
-            "receipts_sha256": receipts_sha256(old),
-        }
-        if as_json:
-            emit_json(res)
-        else:
-            click.echo(
-                f"re-checked {receipts}: "
-                + (
-                    "every hash reproduced"
-                    if not diffs
-                    else f"{len(diffs)} differences:\n"
-                    + "\n".join(f"  {d['entry']}: {d['check']}: {d['detail']}" for d in diffs)
-                )
-            )
-            if recorded:
-                click.echo(
-                    f"but the recorded run had {len(recorded)} failed checks: "
-                    + ", ".join(f"{f['entry']}: {f['check']}" for f in recorded),
-                    err=True,
-                )
-        sys.exit(0 if res["ok"] else EXIT_CHECK_FAILED)
-    if receipts:
-        Path(receipts).write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-    if as_json:
-        emit_json(
-            {
-                "ok": out["ok"],
-                "entries": out["entries"],
-                "failures": out["failures"],
-                "fingerprint": out["fingerprint"],
-                "receipts": str(receipts) if receipts else None,
-                "receipts_sha256": receipts_sha256(out),
-            }
-        )
-    else:
-        for r in out["results"]:
-            c = r["checks"]
-            parts = ["blob ok" if c.get("blob_ok") else "BLOB BAD"]
-            if "replay_ok" in c:
-                parts.append("replay bit-identical" if c["replay_ok"] else "REPLAY DIFFERS (not the state of its text)")
-                if c["probes"]:
-                    parts.append(f"{sum(p['equal'] for p in c['probes'])}/{len(c['probes'])} probes byte-equal")
-            parts.append(
-                f"proof {c['proof']}" + (" -> replayed" if r["ref"] in out["proven_by_replay"] else "")
-                if c["proven"]
-                else f"proof {c['proof']} (never grafted; --replay can prove it)"
-            )
-            if "answer" in c:
-                parts.append(f"answer {c['answer']['decoded']!r} " + ("ok" if c["answer"]["ok"] else "WRONG"))
-            click.echo(f"{r['ref']:<28} " + ", ".join(parts))
-        click.echo(
-            f"{out['entries']} entries: "
-            + ("all checks passed" if out["ok"] else f"{len(out['failures'])} failures")
-            + (f"; receipts in {receipts} (sha256 {receipts_sha256(out)[:16]}...)" if receipts else "")
-        )
-    if not out["ok"]:
-        sys.exit(EXIT_CHECK_FAILED)
-
-
-COMMANDS = [ask, solve, verify]
+COMMANDS = [ask, solve]

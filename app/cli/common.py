@@ -12,18 +12,18 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import sqlite3
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
 
-from kvgraft.engine.config import physical_cores
+from kvgraft.engine.config import DEFAULT_N_CTX, physical_cores
 from kvgraft.engine.errors import EngineError
-from kvgraft.library.errors import LibraryError
+from kvgraft.library.errors import IndexDatabaseError, LibraryError
 
 from ..model_store import ModelStoreError
+from ..paths import data_dir
 from ..runtime import Settings, open_engine
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
@@ -53,7 +53,7 @@ def engine_options(f):
         click.option(
             "--n-ctx",
             type=click.IntRange(16),
-            default=8192,
+            default=DEFAULT_N_CTX,
             show_default=True,
             help="Context size in tokens (up to the model's trained context).",
         ),
@@ -66,6 +66,22 @@ def engine_options(f):
             help="Layers to offload to the GPU (CUDA builds only).",
         ),
         click.option(
+            "--batch-size",
+            "n_batch",
+            type=click.IntRange(1),
+            default=512,
+            show_default=True,
+            help="Tokens per llama_decode call: part of the decode schedule each entry records (it decides bits).",
+        ),
+        click.option(
+            "--ubatch-size",
+            "n_ubatch",
+            type=click.IntRange(1),
+            default=None,
+            help="Tokens per compute step, at most --batch-size: also part of the recorded schedule "
+            "[default: 512, or --batch-size when smaller].",
+        ),
+        click.option(
             "--flash-attn/--no-flash-attn",
             default=False,
             show_default=True,
@@ -76,13 +92,15 @@ def engine_options(f):
         f = opt(f)
 
     @functools.wraps(f)
-    def wrapper(*args, model, n_ctx, threads, gpu_layers, flash_attn, **kwargs):
+    def wrapper(*args, model, n_ctx, threads, gpu_layers, n_batch, n_ubatch, flash_attn, **kwargs):
         settings = Settings(
             model=model,
             n_ctx=n_ctx,
             n_threads=threads or physical_cores(),
             n_gpu_layers=gpu_layers,
             flash_attn=flash_attn,
+            n_batch=n_batch,
+            n_ubatch=n_ubatch if n_ubatch is not None else min(512, n_batch),
         )
         return f(*args, state=CliState(settings), **kwargs)
 
@@ -102,7 +120,7 @@ def handle_errors(f):
         except UnicodeDecodeError as exc:
             click.echo(f"error: the file is not UTF-8 text ({exc.reason} at byte {exc.start})", err=True)
             sys.exit(EXIT_INPUT)
-        except (OSError, ValueError, sqlite3.Error) as exc:  # unreadable files, unwritable paths, a locked index
+        except (OSError, ValueError, IndexDatabaseError) as exc:  # unreadable files, unwritable paths, a locked index
             click.echo(f"error: {exc}", err=True)
             sys.exit(EXIT_INPUT)
 
@@ -111,6 +129,14 @@ def handle_errors(f):
 
 def emit_json(obj) -> None:
     click.echo(json.dumps(obj, indent=2, sort_keys=False, default=str))
+
+
+def cli_home() -> Path:
+    """The data dir this command works in: the group's `--home`, else `$KVGRAFT_HOME`, else the
+    platform's user data dir (app/paths.py). Passed explicitly to what opens the library."""
+    ctx = click.get_current_context(silent=True)
+    home = ctx.find_root().params.get("home") if ctx is not None else None
+    return data_dir(home)
 
 
 def setup_logging(verbose: int) -> None:

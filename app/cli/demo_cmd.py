@@ -7,7 +7,7 @@ import sys
 import click
 
 from ..demo import format_demo, run_demo
-from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors
+from .common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors
 
 
 @click.command()
@@ -25,7 +25,7 @@ def demo(state, budget: int, as_json: bool) -> None:
     Exit 0 only when every graft is byte-exact.
     """
     engine = state.engine()
-    result = run_demo(engine, on_step=lambda m: click.echo(m, err=True), budget=budget)
+    result = run_demo(engine, on_step=lambda m: click.echo(m, err=True), budget=budget, home=cli_home())
     if as_json:
         emit_json(result)
     else:

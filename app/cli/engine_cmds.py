@@ -7,8 +7,9 @@ import sys
 import click
 
 from ..doctor import doctor_report
+from ..graft_checks import check_words, record_selftest
 from ..selftest import run_selftest, summary_line
-from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors
+from .common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors
 
 
 @click.command()
@@ -17,7 +18,7 @@ from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors
 @handle_errors
 def doctor(state, as_json: bool) -> None:
     """Versions, backend, GPU offload support, model, data dir and engine fingerprint."""
-    report = doctor_report(state.engine())
+    report = doctor_report(state.engine(), cli_home())
     if as_json:
         emit_json(report)
         return
@@ -44,6 +45,8 @@ def doctor(state, as_json: bool) -> None:
         f"model cache       {report['model_dir']}",
         f"fingerprint       {report['fingerprint']}",
     ]
+    words = check_words(report["graft_check"])
+    lines += [f"{'graft check' if i == 0 else '':<18}{w}" for i, w in enumerate(words)]
     click.echo("\n".join(lines))
 
 
@@ -58,7 +61,8 @@ def selftest(state, samples: int, seed: int, as_json: bool) -> None:
 
     Each sample prefills a prefix fresh, snapshots it, grafts the snapshot into a new context,
     then decodes the same probe continuation and 16 greedy tokens in both. Exit 0 only when every
-    sample's logits are SHA-256-equal and its tokens equal.
+    sample's logits are SHA-256-equal and its tokens equal. The outcome is kept in the model
+    cache, per device and bit-deciding settings, for `kvgraft doctor` to report.
     """
     engine = state.engine()
 
@@ -67,6 +71,7 @@ def selftest(state, samples: int, seed: int, as_json: bool) -> None:
         click.echo(f"[{i}/{n}] prefix {d['prefix_tokens']:>5} tokens: {mark}", err=True)
 
     result = run_selftest(engine, samples, seed=seed, on_sample=progress)
+    record_selftest(engine, result)  # `kvgraft doctor` reports it
     ok = result["sha256_equal"] == samples and result["tokens_equal"] == samples
     if as_json:
         emit_json(result)

@@ -10,7 +10,7 @@ from kvgraft.library.signing import generate_key, public_identity
 
 from ..library_service import open_library
 from ..packs import keys_dir, trust_store
-from .common import emit_json, handle_errors
+from .common import cli_home, emit_json, handle_errors
 
 
 def resolve_key(name_or_path: str) -> Path:
@@ -18,7 +18,7 @@ def resolve_key(name_or_path: str) -> Path:
     p = Path(name_or_path)
     if p.is_file():
         return p
-    k = keys_dir() / f"{name_or_path}.key"
+    k = keys_dir(cli_home()) / f"{name_or_path}.key"
     if not k.is_file():
         raise click.UsageError(f"no key named {name_or_path!r} (kvgraft keys list) and no such file")
     return k
@@ -34,11 +34,11 @@ def keys() -> None:
 @handle_errors
 def generate(name: str) -> None:
     """Make a new signing key NAME (kept in the data dir, mode 0600) and trust it."""
-    path = keys_dir() / f"{name}.key"
+    path = keys_dir(cli_home()) / f"{name}.key"
     if path.exists():
         raise click.UsageError(f"a key named {name!r} already exists")
     signer = generate_key(path)
-    trust_store().trust(signer.public_key_b64, name)
+    trust_store(cli_home()).trust(signer.public_key_b64, name)
     click.echo(
         f"key {name}: id {signer.key_id}\npublic key (give this to people who import your packs): "
         f"{signer.public_key_b64}"
@@ -51,11 +51,11 @@ def generate(name: str) -> None:
 def list_keys(as_json: bool) -> None:
     """Your signing keys and the keys you trust."""
     own = {}
-    if keys_dir().is_dir():
-        for k in sorted(keys_dir().glob("*.key")):
+    if keys_dir(cli_home()).is_dir():
+        for k in sorted(keys_dir(cli_home()).glob("*.key")):
             s = public_identity(k)
             own[k.stem] = {"key_id": s.key_id, "public_key": s.public_key_b64}
-    trusted = trust_store().load()
+    trusted = trust_store(cli_home()).load()
     if as_json:
         emit_json({"own": own, "trusted": trusted})
         return
@@ -76,7 +76,7 @@ def trust(public_key: str, name: str) -> None:
 
     The states of a pack it signs are then grafted without a replay here (proof signed:NAME), and
     import --require-signed accepts its packs. Trust only keys of people whose packs you would run."""
-    click.echo(f"trusted {trust_store().trust(public_key, name)} ({name})")
+    click.echo(f"trusted {trust_store(cli_home()).trust(public_key, name)} ({name})")
 
 
 @keys.command()
@@ -84,9 +84,9 @@ def trust(public_key: str, name: str) -> None:
 @handle_errors
 def untrust(key_id: str) -> None:
     """Stop trusting the key KEY_ID."""
-    if not trust_store().untrust(key_id):
+    if not trust_store(cli_home()).untrust(key_id):
         raise click.UsageError(f"{key_id} is not a trusted key")
-    with open_library() as lib:
+    with open_library(cli_home()) as lib:
         n = lib.revoke_signer(key_id)
     click.echo(
         f"no longer trusted: {key_id}"

@@ -7,13 +7,22 @@ from pathlib import Path
 
 import click
 
-from kvgraft.library.maintenance import fsck as run_fsck
+from kvgraft.engine.config import DEFAULT_N_CTX
 from kvgraft.library.maintenance import gc as run_gc
 
-from ..compaction import compact_library, uncompacted
 from ..library_service import LibraryService, open_library
+from ..library_view import signer_words
 from ..packs import trust_store
-from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors, stage_progress, token_progress
+from ..repair import check_library
+from .common import (
+    EXIT_CHECK_FAILED,
+    cli_home,
+    emit_json,
+    engine_options,
+    handle_errors,
+    stage_progress,
+    token_progress,
+)
 
 
 def _read_text(text: str | None, source: str | None) -> str:
@@ -55,7 +64,7 @@ def deposit(state, source, text, question, answer, kind, title, confirmed, as_js
     if confirmed and answer is None:
         raise click.UsageError("--confirmed vouches for an --answer: give one")
     engine = state.engine()
-    with open_library() as lib, LibraryService(engine, lib) as service:
+    with open_library(cli_home()) as lib, LibraryService(engine, lib) as service:
         res = service.deposit(
             body,
             question=question,
@@ -89,7 +98,7 @@ def deposit(state, source, text, question, answer, kind, title, confirmed, as_js
 def list_entries(state, kind, limit, check, as_json) -> None:
     """List the library's entries."""
     fingerprint = state.engine().fingerprint if check else None
-    with open_library() as lib:
+    with open_library(cli_home()) as lib:
         entries = lib.entries(limit=limit, kind=kind)
     if as_json:
         emit_json([e.summary(fingerprint) | {"fingerprint": e.fingerprint} for e in entries])
@@ -137,7 +146,7 @@ def _graftable_word(e, fingerprint: str) -> str:
 @handle_errors
 def search(text, limit, as_json) -> None:
     """Full-text search over titles, questions and texts (best match first)."""
-    with open_library() as lib:
+    with open_library(cli_home()) as lib:
         entries = lib.search(text, limit=limit)
     if as_json:
         emit_json([e.summary() for e in entries])
@@ -151,7 +160,7 @@ def search(text, limit, as_json) -> None:
 @handle_errors
 def show(entry_id, as_json) -> None:
     """Show one entry: its provenance, hashes and text."""
-    with open_library() as lib:
+    with open_library(cli_home()) as lib:
         e = lib.get(entry_id)
         pack = lib.pack(e.pack_id) if e.pack_id else None
         on_disk = lib.blobs.size(e.blob_sha256)
@@ -211,11 +220,7 @@ def provenance_text(pack: dict | None) -> str:
     """'local deposit', or the pack it came from and whether that pack was signed."""
     if pack is None:
         return "local deposit"
-    if pack["signer"]:
-        name = trust_store().name_of(pack["signer"])
-        signed = f"signed by {pack['signer']}" + (f" ({name})" if name else " (not in your trusted keys)")
-    else:
-        signed = "unsigned"
+    signed = signer_words(pack["signer"], trust_store(cli_home()))
     return f"pack {pack['file_name']} (#{pack['id']}, sha256 {pack['sha256'][:16]}...), {signed}"
 
 
@@ -224,7 +229,7 @@ def provenance_text(pack: dict | None) -> str:
 @handle_errors
 def rm(entry_ids) -> None:
     """Remove entries (their blobs go at the next `kvgraft gc` if nothing else uses them)."""
-    with open_library() as lib:
+    with open_library(cli_home()) as lib:
         for e in lib.remove_all(entry_ids):
             click.echo(f"removed entry #{e.id} ({e.n_tokens:,} tokens)")
 
@@ -234,7 +239,7 @@ def rm(entry_ids) -> None:
 @handle_errors
 def gc(as_json) -> None:
     """Remove blobs no entry references (never one another process is still writing)."""
-    with open_library() as lib:
+    with open_library(cli_home()) as lib:
         res = run_gc(lib)
     if as_json:
         emit_json(res)
@@ -260,40 +265,14 @@ def fsck(repair, quick, as_json) -> None:
     Exit 0 when there are no problems (reclaimable leftovers of interrupted writes are not
     problems), 1 otherwise.
     """
-    with open_library() as lib:
-        compacted = None
-        if repair and uncompacted(lib):
-            report = stage_progress("fsck")
-            compacted = compact_library(lib, progress=lambda d, t: report("compact", d, t))
-        res = run_fsck(lib, repair=repair, check_hashes=not quick)
-    if compacted is not None:
-        res["compacted"] = compacted
-        res["repaired"].append(
-            f"compacted {compacted['converted']} blobs from before compaction: "
-            f"{compacted['bytes_before'] / 1e6:,.1f} MB -> {compacted['bytes_after'] / 1e6:,.1f} MB"
-        )
-        for sk in compacted["skipped"]:
-            res["repaired"].append(f"not compacted: blob {sk['blob'][:16]}...: {sk['skipped']}")
+    with open_library(cli_home()) as lib:
+        res = check_library(lib, repair=repair, quick=quick, progress=stage_progress("fsck"))
     if as_json:
-        emit_json(res)
+        emit_json(res.as_dict())
     else:
-        for p in res["problems"]:
-            click.echo(f"problem: {p['detail']}" + (f" [{p['blob'][:16]}...]" if p.get("blob") else ""))
-        for r in res["reclaimable"]:
-            click.echo(f"reclaimable: {r['kind']} {r.get('blob') or r.get('path') or r.get('id')}")
-        for r in res["repaired"]:
-            click.echo(f"repaired: {r}")
-        click.echo(
-            f"{res['entries']} entries, {res['blobs_on_disk']} blobs: "
-            + ("ok" if res["ok"] else f"{len(res['problems'])} problems")
-        )
-        if res["uncompacted"]:
-            click.echo(
-                f"{res['uncompacted']} blobs from before compaction ("
-                + ("their model file is not here" if repair else "run kvgraft fsck --repair to compact them")
-                + ")"
-            )
-    if not res["ok"]:
+        for line in res.lines():
+            click.echo(line)
+    if not res.ok:
         sys.exit(EXIT_CHECK_FAILED)
 
 
@@ -301,7 +280,7 @@ def fsck(repair, quick, as_json) -> None:
 @click.option(
     "--n-ctx",
     type=click.IntRange(16),
-    default=8192,
+    default=DEFAULT_N_CTX,
     show_default=True,
     help="Context size to express the library's size against.",
 )
@@ -315,7 +294,7 @@ def fsck(repair, quick, as_json) -> None:
 def stats(n_ctx, as_json) -> None:
     """Library size: entries, blobs, bytes on disk, bytes per stored token, and tokens as a multiple
     of the context window."""
-    with open_library() as lib:
+    with open_library(cli_home()) as lib:
         res = lib.stats(n_ctx=n_ctx)
     if as_json:
         emit_json(res)

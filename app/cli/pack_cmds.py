@@ -7,12 +7,10 @@ from pathlib import Path
 
 import click
 
-from kvgraft.engine.errors import EngineError
-from kvgraft.library.errors import LibraryError
-
+from ..import_files import Refusal, import_files
 from ..library_service import LibraryService, open_library
-from ..packs import build_pack, export_pack, import_pack
-from .common import EXIT_CHECK_FAILED, emit_json, engine_options, handle_errors, stage_progress
+from ..packs import build_pack, export_pack
+from .common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors, stage_progress
 from .keys_cmds import resolve_key
 
 
@@ -35,7 +33,7 @@ def export(entry_ids, output, query, all_, sign, as_json) -> None:
     """Write entries (by id, by --query, or --all) to a solution pack (proven entries only)."""
     if sum(bool(x) for x in (entry_ids, query, all_)) != 1:
         raise click.UsageError("choose the entries: IDs, --query TEXT or --all (exactly one)")
-    with open_library() as lib:
+    with open_library(cli_home()) as lib:
         if all_:
             entries = lib.entries()
         elif query:
@@ -73,73 +71,43 @@ def export(entry_ids, output, query, all_, sign, as_json) -> None:
 @engine_options
 @handle_errors
 def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
-    """Import solution packs; each is checked completely, then imported whole or refused.
+    """Import solution packs (.kvpack) and problem files (.jsonl); each pack is checked completely,
+    then imported whole or refused. A problem file's solutions are deposited (as `build` does).
 
     A state is opaque, so its origin is proven before it can be grafted: entries of a pack signed
     by a key you trust are taken as signed; every other entry is replayed here (one prefill each)
     and must reproduce its blob's SHA-256, or the whole pack is refused, naming the entry.
 
-    Exit 0 when every pack was imported (entries already in the library are skipped), 1 when any
-    was refused; the library is unchanged by a refused pack.
+    Exit 0 when every file was imported (entries already in the library are skipped), 1 when any
+    was refused; the library is unchanged by a refused pack. The desktop window's drop runs the
+    same import.
     """
-    engine = state.engine()
-    imported = skipped = replayed = 0
-    refused, replay_s = [], 0.0
-    with open_library() as lib, LibraryService(engine, lib) as service:
-        for f in files:
-            try:
-                res = import_pack(
-                    service,
-                    f,
-                    rebuild=rebuild,
-                    progress=stage_progress(f"import {Path(f).name}"),
-                    require_signed=require_signed,
-                    replay=not no_replay,
-                )
-            except (LibraryError, EngineError, OSError) as exc:  # refused: this pack only, the others go on
-                refused.append({"file": str(f), "reason": str(exc)})
-                if not as_json:
-                    click.echo(f"refused {f}: {exc}", err=True)
-                continue
-            imported += res["imported"]
-            skipped += res["skipped"]
-            replayed += res.get("replayed", 0)
-            replay_s += res.get("replay_s", 0.0)
-            if not as_json:
-                click.echo(
-                    f"imported {f}: {res['imported']} entries"
-                    + (f", {res['skipped']} already present" if res["skipped"] else "")
-                    + (f" ({res['rebuilt']} rebuilt here)" if res["rebuilt"] else "")
-                    + (
-                        f", signed by {res['signed_by']}"
-                        + ("" if res.get("signer_trusted") else " (not a key you trust)")
-                        if res["signed_by"]
-                        else ", unsigned"
-                    )
-                )
-                if res.get("replayed"):
-                    click.echo(
-                        f"  proof: {res['replayed']} entries replayed here ({res['replay_tokens']:,} tokens "
-                        "prefilled in "
-                        f"{res['replay_s']:.1f} s), each reproduced its blob's SHA-256"
-                    )
-                if res.get("proof", {}).get("unproven"):
-                    click.echo(
-                        f"  {res['proof']['unproven']} entries unproven (never grafted; kvgraft verify --library "
-                        "--replay "
-                        "proves them)"
-                    )
-    if as_json:
-        emit_json(
-            {
-                "imported": imported,
-                "skipped": skipped,
-                "refused": refused,
-                "replayed": replayed,
-                "replay_s": round(replay_s, 3),
-            }
+
+    def show(done) -> None:
+        if as_json:
+            return
+        if isinstance(done, Refusal):
+            click.echo(f"refused {done.file}: {done.reason}", err=True)
+        elif done.kind == "problems":
+            click.echo(f"built {done.file}: {done.imported} solutions deposited, {done.skipped} already present")
+        else:
+            click.echo(pack_import_line(done.file, done.detail))
+            for line in pack_proof_lines(done.detail):
+                click.echo(line)
+
+    with open_library(cli_home()) as lib, LibraryService(state.engine(), lib) as service:
+        summary = import_files(
+            service,
+            files,
+            progress=stage_progress("import"),
+            rebuild=rebuild,
+            require_signed=require_signed,
+            replay=not no_replay,
+            on_file=show,
         )
-    if refused:
+    if as_json:
+        emit_json(summary.as_dict())
+    if summary.refused:
         sys.exit(EXIT_CHECK_FAILED)
 
 
@@ -154,7 +122,7 @@ def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
 def build(state, problems, output, as_json) -> None:
     """Deposit each {question, solution, answer} of a JSONL file and export exactly those as a pack."""
     engine = state.engine()
-    with open_library() as lib, LibraryService(engine, lib) as service:
+    with open_library(cli_home()) as lib, LibraryService(engine, lib) as service:
         res = build_pack(service, problems, output, progress=stage_progress("build"))
     if as_json:
         emit_json(res)
@@ -162,6 +130,34 @@ def build(state, problems, output, as_json) -> None:
         click.echo(
             f"built {res['file']}: {res['entries']} entries, {res['bytes'] / 1e6:.1f} MB, sha256 {res['sha256']}"
         )
+
+
+def pack_import_line(file: str, res: dict) -> str:
+    return (
+        f"imported {file}: {res['imported']} entries"
+        + (f", {res['skipped']} already present" if res["skipped"] else "")
+        + (f" ({res['rebuilt']} rebuilt here)" if res["rebuilt"] else "")
+        + (
+            f", signed by {res['signed_by']}" + ("" if res.get("signer_trusted") else " (not a key you trust)")
+            if res["signed_by"]
+            else ", unsigned"
+        )
+    )
+
+
+def pack_proof_lines(res: dict) -> list[str]:
+    lines = []
+    if res.get("replayed"):
+        lines.append(
+            f"  proof: {res['replayed']} entries replayed here ({res['replay_tokens']:,} tokens prefilled in "
+            f"{res['replay_s']:.1f} s), each reproduced its blob's SHA-256"
+        )
+    if res.get("proof", {}).get("unproven"):
+        lines.append(
+            f"  {res['proof']['unproven']} entries unproven (never grafted; kvgraft verify --library --replay "
+            "proves them)"
+        )
+    return lines
 
 
 COMMANDS = [export, import_, build]

@@ -24,7 +24,7 @@ from kvgraft.engine.compaction import WindowSpec, canonicalize
 from kvgraft.engine.errors import SnapshotError
 from kvgraft.engine.state import parse_state
 from kvgraft.library.errors import BlobCorrupt, BlobMissing, BlobUnreadable
-from kvgraft.library.index import Library, now
+from kvgraft.library.library import Library
 
 from .gguf_check import NotAModel, inspect_gguf
 
@@ -54,14 +54,12 @@ def local_windows(candidates: list[Path] | None = None) -> WindowLookup:
 
 
 def uncompacted(lib: Library) -> list[tuple[str, int]]:
-    return [
-        (r[0], r[1]) for r in lib.db.execute("SELECT sha256, size FROM blobs WHERE canonical IS NOT 1 ORDER BY sha256")
-    ]
+    return lib.uncompacted_blobs()
 
 
 def compact_blob(lib: Library, sha: str, size: int, window: WindowLookup) -> dict:
     """Convert one pre-compaction blob; returns what happened (converted / skipped with the reason)."""
-    rows = lib.db.execute("SELECT id, model_sha256 FROM entries WHERE blob_sha256 = ?", [sha]).fetchall()
+    rows = lib.blob_users(sha)
     if not rows:
         return {"blob": sha, "skipped": "no entry uses it (gc reclaims it)"}
     models = {r[1] for r in rows}
@@ -76,24 +74,7 @@ def compact_blob(lib: Library, sha: str, size: int, window: WindowLookup) -> dic
     spec = WindowSpec.for_model(found[0], found[1], len(parsed.layout.caches))
     ranges = canonicalize(data, parsed, spec)
     new = hashlib.sha256(data).hexdigest()
-    [pending] = lib.mark_pending([new])
-    try:
-        stored = lib.blobs.put(data, new, trusted=True, elide=ranges)
-        with lib.write():
-            lib.insert_blob_row(stored)
-            if new != sha:
-                lib.db.execute("UPDATE entries SET blob_sha256 = ? WHERE blob_sha256 = ?", [new, sha])
-                lib.db.execute(
-                    "INSERT OR REPLACE INTO blob_aliases (legacy_sha256, sha256, converted_at) VALUES (?, ?, ?)",
-                    [sha, new, now()],
-                )
-                lib.db.execute("DELETE FROM blobs WHERE sha256 = ?", [sha])
-            lib.consume_pending([pending])
-    except BaseException:
-        lib.clear_pending([pending])
-        raise
-    if new != sha:
-        lib.blobs.delete(sha)
+    stored = lib.replace_blob(sha, data, new, elide=ranges)  # the library's one blob lifecycle
     return {
         "blob": sha,
         "sha256": new,

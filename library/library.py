@@ -28,14 +28,13 @@ from .blobstore import BlobStore, StoredBlob, check_sha
 from .errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
 from .normalize import question_key
 from .provenance import ProvenanceRecords, now
-from .records import KINDS, LOCAL, UNPROVEN, Entry, ModelRecord
+from .records import GRAFTABLE, KINDS, LOCAL, UNPROVEN, Entry, ModelRecord
 from .schema import insert_prefix_keys, migrations
+from .staging import BlobStaging, staged
 from .tokens import PREFIX_BLOCK, pack_tokens, prefix_keys, tokens_sha256
+from .views import LibraryReads
 
 BUSY_TIMEOUT_S = 60.0
-# what makes an entry graftable besides its fingerprint (SQL over `entries e`; Entry.graftable in Python):
-# intact, and one of the proofs that records.PROVEN_PREFIXES lists
-GRAFTABLE = "e.damaged IS NULL AND (e.proof IN ('local', 'replayed') OR e.proof LIKE 'signed:_%')"
 
 
 def _fts_query(text: str, any_term: bool) -> str | None:
@@ -45,22 +44,22 @@ def _fts_query(text: str, any_term: bool) -> str | None:
     return (" OR " if any_term else " ").join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-class Library(ProvenanceRecords):
+class Library(ProvenanceRecords, LibraryReads):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.blobs = BlobStore(self.root / "blobs")
         conn = sqlite3.connect(str(self.root / "index.db"), timeout=BUSY_TIMEOUT_S, check_same_thread=False)
-        self.db = Database(conn)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        if migrations.pending(self.db):  # read-only opens never take the write lock
+        self._db = Database(conn)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        if migrations.pending(self._db):  # read-only opens never take the write lock
             with self.write():
-                migrations.apply(self.db)
+                migrations.apply(self._db)
 
     def close(self) -> None:
-        self.db.close()
+        self._db.close()
 
     def __enter__(self) -> "Library":
         return self
@@ -71,30 +70,26 @@ class Library(ProvenanceRecords):
     @contextmanager
     def write(self) -> Iterator[Database]:
         """One write transaction, taken with BEGIN IMMEDIATE (waits for other writers)."""
-        if self.db.conn.in_transaction:
-            with self.db.atomic():
-                yield self.db
+        if self._db.conn.in_transaction:
+            with self._db.atomic():
+                yield self._db
             return
-        self.db.conn.execute("BEGIN IMMEDIATE")
+        self._db.conn.execute("BEGIN IMMEDIATE")
         try:
-            yield self.db
+            yield self._db
         except BaseException:
-            if self.db.conn.in_transaction:  # SQLite may have rolled back already (disk full, I/O error)
-                self.db.conn.execute("ROLLBACK")
+            if self._db.conn.in_transaction:  # SQLite may have rolled back already (disk full, I/O error)
+                self._db.conn.execute("ROLLBACK")
             raise
         else:
-            self.db.conn.execute("COMMIT")
+            self._db.conn.execute("COMMIT")
 
     # -- writing -------------------------------------------------------------------------------
-    def add_model(self, model: ModelRecord) -> None:
-        with self.write():
-            self._insert_model(model)
-
     def find_same(
         self, tokens_sha: str, fingerprint: str, kind: str, question: str | None, answer: str | None
     ) -> Entry | None:
         qk = question_key(question) if question else None
-        for row in self.db.query(
+        for row in self._db.query(
             "SELECT * FROM entries WHERE tokens_sha256 = ? AND fingerprint = ? AND kind = ? "
             "AND question_key IS ? AND answer IS ? ORDER BY id LIMIT 1",
             [tokens_sha, fingerprint, kind, qk, answer],
@@ -140,12 +135,11 @@ class Library(ProvenanceRecords):
         sha = hashlib.sha256(view).hexdigest()
         if blob_sha256 is not None and blob_sha256 != sha:
             raise BlobCorrupt(f"blob bytes hash to {sha}, not the declared {blob_sha256}")
-        [pending_id] = self.mark_pending([sha])  # before the file exists: gc must not take it
-        try:
-            stored = self.blobs.put(view, sha, trusted=True, elide=elided)
+        with staged(self) as staging:
+            stored = staging.put(view, sha, elide=elided)
             entry_id = self._commit_entry(
                 same,
-                pending_id,
+                staging,
                 stored,
                 dict(
                     kind=kind,
@@ -171,36 +165,32 @@ class Library(ProvenanceRecords):
                 ),
                 model,
             )
-        except BaseException:
-            self.clear_pending([pending_id])
-            raise
         return self.get(entry_id), same is None
 
     def _commit_entry(
-        self, same: Entry | None, pending_id: int, stored: StoredBlob, row: dict, model: ModelRecord | None
+        self, same: Entry | None, staging: BlobStaging, stored: StoredBlob, row: dict, model: ModelRecord | None
     ) -> int:
         sha, size = stored.sha256, stored.size
-        with self.write():
+        with staging.commit():
             if model is not None:
                 self._insert_model(model)
-            self.insert_blob_row(stored)
             again = self.find_same(
                 row["tokens_sha256"], row["fingerprint"], row["kind"], row["question"], row["answer"]
             )
             if again is not None and again.damaged is None and (again.proven or row["proof"] == UNPROVEN):
                 entry_id = again.id  # another process committed it meanwhile
             elif same is not None:  # a damaged or unproven twin: point it at the state just made, then it is whole
-                self.db.execute(
+                self._db.execute(
                     "UPDATE entries SET blob_sha256 = ?, blob_size = ?, receipt = ?, damaged = NULL, proof = ?, "
                     "schedule = ? WHERE id = ?",
                     [sha, size, row["receipt"], row["proof"], row["schedule"], same.id],
                 )
-                self.db.execute("UPDATE entries SET damaged = NULL WHERE blob_sha256 = ?", [sha])
+                self._db.execute("UPDATE entries SET damaged = NULL WHERE blob_sha256 = ?", [sha])
                 entry_id = same.id
             else:
                 t = now()
                 entry_id = (
-                    self.db["entries"]
+                    self._db["entries"]
                     .insert(
                         {
                             **row,
@@ -211,9 +201,21 @@ class Library(ProvenanceRecords):
                     )
                     .last_pk
                 )
-                insert_prefix_keys(self.db, entry_id, row["tokens"], row["n_tokens"])
-            self.consume_pending([pending_id])
+                insert_prefix_keys(self._db, entry_id, row["tokens"], row["n_tokens"])
         return entry_id
+
+    def replace_blob(self, old: str, data, new: str, elide=None) -> StoredBlob:
+        """Store `data` (address `new`, the canonical form of blob `old`) and point every entry of
+        `old` at it in one transaction, keeping `old` as an alias; then delete the old file."""
+        with staged(self) as staging:
+            stored = staging.put(data, new, elide=elide, replaces=old)
+            with staging.commit() as db:
+                if new != old:
+                    db.execute("UPDATE entries SET blob_sha256 = ? WHERE blob_sha256 = ?", [new, old])
+                    db.execute("DELETE FROM blobs WHERE sha256 = ?", [old])
+        if new != old:
+            self.blobs.delete(old)
+        return stored
 
     def consume_pending(self, ids: Sequence[int]) -> None:
         """Inside the commit: remove our pending records, and refuse to commit if gc took any of them
@@ -221,7 +223,7 @@ class Library(ProvenanceRecords):
         gone = 0
         for k in range(0, len(ids), 500):
             part = list(ids[k : k + 500])
-            gone += self.db.execute(
+            gone += self._db.execute(
                 f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part
             ).rowcount
         if gone != len(ids):
@@ -233,7 +235,7 @@ class Library(ProvenanceRecords):
     def insert_blob_row(self, stored: StoredBlob) -> None:
         """Record a blob just stored (inside a write transaction). An existing row takes the stored
         form's sizes and chunk digests: `put` has just checked or written the file they describe."""
-        self.db.execute(
+        self._db.execute(
             "INSERT INTO blobs (sha256, size, created_at, chunks, stored_size, canonical) VALUES (?, ?, ?, ?, ?, 1) "
             "ON CONFLICT(sha256) DO UPDATE SET chunks = excluded.chunks, stored_size = excluded.stored_size, "
             "canonical = 1",
@@ -241,7 +243,7 @@ class Library(ProvenanceRecords):
         )
 
     def _insert_model(self, model: ModelRecord) -> None:
-        self.db["models"].insert(
+        self._db["models"].insert(
             {
                 "sha256": model.sha256,
                 "name": model.name,
@@ -259,7 +261,7 @@ class Library(ProvenanceRecords):
             for s in shas
         ]
         with self.write():
-            return [self.db["pending_blobs"].insert(r).last_pk for r in rows]
+            return [self._db["pending_blobs"].insert(r).last_pk for r in rows]
 
     def clear_pending(self, ids: Sequence[int]) -> None:
         """Forget pending records after a failure (best effort: gc reclaims what stays)."""
@@ -267,7 +269,7 @@ class Library(ProvenanceRecords):
             with self.write():
                 for k in range(0, len(ids), 500):
                     part = list(ids[k : k + 500])
-                    self.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part)
+                    self._db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part)
         except sqlite3.Error:
             pass
 
@@ -278,15 +280,15 @@ class Library(ProvenanceRecords):
             if entry.kind == "solution":  # its answer-ready state goes with it
                 ids += [
                     r[0]
-                    for r in self.db.execute(
+                    for r in self._db.execute(
                         "SELECT id FROM entries WHERE kind = 'answer' AND question_key IS ? AND text = ? AND "
                         "fingerprint = ?",
                         [question_key(entry.question) if entry.question else None, entry.text, entry.fingerprint],
                     )
                 ]
             for i in ids:
-                self.db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [i])
-                self.db.execute("DELETE FROM entries WHERE id = ?", [i])
+                self._db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [i])
+                self._db.execute("DELETE FROM entries WHERE id = ?", [i])
         return entry  # the blob stays until `gc` finds it unreferenced
 
     def remove_all(self, entry_ids) -> list[Entry]:
@@ -295,24 +297,24 @@ class Library(ProvenanceRecords):
         for i in entry_ids:
             if i in gone:
                 continue
-            before = {r[0] for r in self.db.execute("SELECT id FROM entries WHERE kind = 'answer'")}
+            before = {r[0] for r in self._db.execute("SELECT id FROM entries WHERE kind = 'answer'")}
             removed.append(self.remove(i))
-            gone |= before - {r[0] for r in self.db.execute("SELECT id FROM entries WHERE kind = 'answer'")}
+            gone |= before - {r[0] for r in self._db.execute("SELECT id FROM entries WHERE kind = 'answer'")}
         return removed
 
     def mark_damaged(self, blob_sha256: str, reason: str) -> None:
         with self.write():
-            self.db.execute("UPDATE entries SET damaged = ? WHERE blob_sha256 = ?", [reason, blob_sha256])
+            self._db.execute("UPDATE entries SET damaged = ? WHERE blob_sha256 = ?", [reason, blob_sha256])
 
     # -- reading -------------------------------------------------------------------------------
     def get(self, entry_id: int) -> Entry:
-        for row in self.db.query("SELECT * FROM entries WHERE id = ?", [entry_id]):
+        for row in self._db.query("SELECT * FROM entries WHERE id = ?", [entry_id]):
             return Entry.from_row(row)
         raise EntryNotFound(f"no entry #{entry_id}")
 
     def pack(self, pack_id: int) -> dict | None:
         """The record of an imported pack: file name, SHA-256, format version, signer key id (or None)."""
-        for row in self.db.query("SELECT * FROM packs WHERE id = ?", [pack_id]):
+        for row in self._db.query("SELECT * FROM packs WHERE id = ?", [pack_id]):
             return dict(row)
         return None
 
@@ -322,10 +324,10 @@ class Library(ProvenanceRecords):
         if limit is not None:
             sql += " LIMIT ? OFFSET ?"
             args += [limit, offset]
-        return [Entry.from_row(r) for r in self.db.query(sql, args)]
+        return [Entry.from_row(r) for r in self._db.query(sql, args)]
 
     def count(self) -> int:
-        return self.db.execute("SELECT count(*) FROM entries").fetchone()[0]
+        return self._db.execute("SELECT count(*) FROM entries").fetchone()[0]
 
     def search(self, text: str, limit: int = 20, any_term: bool = False, fingerprint: str | None = None) -> list[Entry]:
         """Full-text search (FTS5, porter stemming) over titles, questions and texts, best first."""
@@ -339,7 +341,7 @@ class Library(ProvenanceRecords):
             + " ORDER BY f.rank LIMIT ?"
         )
         args = [q] + ([fingerprint] if fingerprint else []) + [limit]
-        return [Entry.from_row(r) for r in self.db.query(sql, args)]
+        return [Entry.from_row(r) for r in self._db.query(sql, args)]
 
     def related(self, question: str, fingerprint: str, limit: int = 5) -> list[Entry]:
         """Graftable entries ranked by full-text relevance to a question with no exact match (any term)."""
@@ -351,7 +353,7 @@ class Library(ProvenanceRecords):
         if not key:
             return None
         rows = list(
-            self.db.query("SELECT * FROM entries WHERE question_key = ? AND kind <> 'answer' ORDER BY id DESC", [key])
+            self._db.query("SELECT * FROM entries WHERE question_key = ? AND kind <> 'answer' ORDER BY id DESC", [key])
         )
         entries = [Entry.from_row(r) for r in rows]
         if fingerprint is not None:
@@ -377,7 +379,7 @@ class Library(ProvenanceRecords):
         lo, hi, top = 0, len(blocks) - 1, 0
         while lo <= hi:
             mid = (lo + hi) // 2
-            hit = self.db.execute(
+            hit = self._db.execute(
                 "SELECT 1 FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
                 f"WHERE p.key = ? AND p.length = ? AND e.fingerprint = ? AND {GRAFTABLE} AND e.kind <> 'answer' "
                 "LIMIT 1",
@@ -393,7 +395,7 @@ class Library(ProvenanceRecords):
             keys = prefix_keys(tokens, lengths)
             by_key = {k: length for length, k in keys.items()}
             marks = ",".join("?" * len(by_key))
-            rows = self.db.execute(
+            rows = self._db.execute(
                 f"SELECT p.entry_id, p.length FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
                 f"WHERE p.full = 1 AND p.key IN ({marks}) AND e.fingerprint = ? AND {GRAFTABLE} AND e.kind <> 'answer' "
                 f"ORDER BY p.length DESC, p.entry_id DESC",
@@ -412,7 +414,7 @@ class Library(ProvenanceRecords):
         chunk digests). A missing or corrupt blob marks its entries damaged; an unreadable one
         (BlobUnreadable: an OS error this time, its bytes never compared) is not damage and passes
         through unmarked."""
-        row = self.db.execute("SELECT chunks FROM blobs WHERE sha256 = ?", [entry.blob_sha256]).fetchone()
+        row = self._db.execute("SELECT chunks FROM blobs WHERE sha256 = ?", [entry.blob_sha256]).fetchone()
         try:
             if row and row[0]:
                 return self.blobs.read_chunked(entry.blob_sha256, entry.blob_size, row[0], into=into)
@@ -425,7 +427,7 @@ class Library(ProvenanceRecords):
             raise
 
     def stats(self, n_ctx: int | None = None, fingerprint: str | None = None) -> dict:
-        q = self.db.execute
+        q = self._db.execute
         entries = q("SELECT count(*) FROM entries").fetchone()[0]
         # an answer-ready state repeats its solution's text: its tokens are not more knowledge stored
         tokens = q("SELECT coalesce(sum(n_tokens), 0) FROM entries WHERE kind <> 'answer'").fetchone()[0]

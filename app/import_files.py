@@ -1,0 +1,123 @@
+"""Import files into the library: the one use case behind `kvgraft import` and a drop on the window.
+
+A `.kvpack` is imported whole or refused (app/packs.py: checked completely, unsigned entries
+replayed before anything is written); a `.jsonl` problem file is built here (each verified
+problem deposited as a solution; already stored ones are skipped). A refused file does not stop
+the others; cancelling (the progress callback raising Cancelled) stops at once, and the pack
+being imported then has changed nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from kvgraft.engine.errors import Cancelled, EngineError
+from kvgraft.library.errors import LibraryError
+
+from .library_service import LibraryService
+from .packs import import_pack
+from .problems import read_jsonl
+from .progress import Progress, no_progress
+
+PROBLEM_FILES = (".jsonl",)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    file: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class FileImport:
+    """What one file gave: a pack's import result (app/packs.import_pack), or a problem file's counts."""
+
+    file: str
+    kind: str  # "pack" or "problems"
+    imported: int
+    skipped: int
+    detail: dict  # import_pack's result for a pack; {"problems": n} for a problem file
+
+
+@dataclass
+class ImportSummary:
+    imported: int = 0
+    skipped: int = 0
+    replayed: int = 0
+    replay_s: float = 0.0
+    unproven: int = 0
+    files: list[FileImport] = field(default_factory=list)
+    refused: list[Refusal] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        """The JSON contract of `kvgraft import --json` (keys are kept; more may be added)."""
+        return {
+            "imported": self.imported,
+            "skipped": self.skipped,
+            "refused": [{"file": r.file, "reason": r.reason} for r in self.refused],
+            "replayed": self.replayed,
+            "replay_s": round(self.replay_s, 3),
+            "unproven": self.unproven,
+        }
+
+
+def import_files(
+    service: LibraryService,
+    paths: Sequence[Path | str],
+    *,
+    progress: Progress = no_progress,
+    rebuild: bool = False,
+    require_signed: bool = False,
+    replay: bool = True,
+    on_file: Callable[[FileImport | Refusal], None] | None = None,
+) -> ImportSummary:
+    """Import each file; `on_file` hears of each as it is done (imported or refused)."""
+    summary = ImportSummary()
+    for k, raw in enumerate(paths):
+        path = Path(raw)
+        try:
+            if path.suffix.lower() in PROBLEM_FILES:
+                done = _build_problems(service, path, progress)
+            else:
+                res = import_pack(
+                    service,
+                    path,
+                    rebuild=rebuild,
+                    progress=lambda stage, d, t, name=path.name: progress(f"{name}: {stage}", d, t),
+                    require_signed=require_signed,
+                    replay=replay,
+                )
+                done = FileImport(str(path), "pack", res["imported"], res["skipped"], res)
+        except Cancelled:
+            raise
+        except (LibraryError, EngineError, OSError, ValueError) as exc:  # this file is refused, the others go on
+            refusal = Refusal(str(path), str(exc) or type(exc).__name__)
+            summary.refused.append(refusal)
+            if on_file:
+                on_file(refusal)
+        else:
+            summary.files.append(done)
+            summary.imported += done.imported
+            summary.skipped += done.skipped
+            summary.replayed += done.detail.get("replayed", 0)
+            summary.replay_s += done.detail.get("replay_s", 0.0)
+            summary.unproven += done.detail.get("proof", {}).get("unproven", 0)
+            if on_file:
+                on_file(done)
+        progress("files", k + 1, len(paths))
+    return summary
+
+
+def _build_problems(service: LibraryService, path: Path, progress: Progress) -> FileImport:
+    problems = read_jsonl(path)
+    imported = skipped = 0
+    for i, prob in enumerate(problems):
+        res = service.deposit_solution(prob.question, prob.solution, prob.answer, checker=prob.checker)
+        if res.created:
+            imported += 1
+        else:
+            skipped += 1
+        progress(f"building {path.name}", i + 1, len(problems))
+    return FileImport(str(path), "problems", imported, skipped, {"problems": len(problems)})
