@@ -45,10 +45,9 @@ say "$MODE; python $("$PYTHON" -c 'import platform; print(platform.python_versio
 # Pure-Python wheels the check needs (gguf, diskcache), and the build backend where it is missing.
 SITE=$WORK/site
 if [ ! -d "$SITE" ]; then
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$KIT"/wheels/*.whl
-    if ! "$PYTHON" -c 'import scikit_build_core' 2>/dev/null; then
-        "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$KIT"/wheels-build/*.whl
-    fi
+    wheels=("$KIT"/wheels/*.whl)
+    "$PYTHON" -c 'import scikit_build_core' 2>/dev/null || wheels+=("$KIT"/wheels-build/*.whl)
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "${wheels[@]}"
 fi
 export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
 

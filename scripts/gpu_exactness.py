@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from kvgraft.engine.bindings import supports_gpu_offload
+from kvgraft.engine.bindings import llama, supports_gpu_offload
 from kvgraft.engine.config import EngineConfig
 from kvgraft.engine.engine import Engine
 from kvgraft.engine.exactness import graft_vs_fresh
@@ -89,11 +89,12 @@ def check_model(path: Path, n_gpu_layers: int, prefixes, schedules, say) -> dict
                     "seconds": round(time.perf_counter() - t0, 3),
                 }
                 out["runs"].append(run)
-                past = sum(1 for n in prefixes if info.n_swa > 0 and n > info.n_swa)
+                past = sum(1 for n in prefixes if n > info.n_swa)
+                window = f"{past} past the window" if info.n_swa > 0 else "no sliding window"
                 say(
                     f"{path.name}: fa {'on ' if fa else 'off'} batch {n_batch}/{n_ubatch}: "
                     f"{sum(r['sha256_equal'] for r in records)}/{len(records)} byte-equal logits "
-                    f"({past} past the window), {run['seconds']:.2f} s"
+                    f"({window}), {run['seconds']:.2f} s"
                 )
         out["schedule_invariant"] = schedule_invariance(out["runs"], prefixes)
     finally:
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.perf_counter()
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    say(f"backend: {'GPU' if supports_gpu_offload() else 'CPU'}, n_gpu_layers {args.n_gpu_layers}")
+    say(f"backend: {'GPU' if supports_gpu_offload() else 'CPU'}, n_gpu_layers {args.n_gpu_layers}; {llama.__file__}")
     models = [check_model(args.models / m, args.n_gpu_layers, prefixes, schedules, say) for m in MODELS]
     run_s = time.perf_counter() - t0
     runs = [r for m in models for r in m["runs"]]
@@ -144,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         "backend": "GPU" if supports_gpu_offload() else "CPU",
         "n_gpu_layers": args.n_gpu_layers,
         "build": {
+            "llama_cpp": llama.__file__,  # which build ran: the kit's, not an installed one
             "cmake_args": os.environ.get("CMAKE_ARGS", ""),
             "seconds": float(os.environ["KIT_BUILD_S"]) if os.environ.get("KIT_BUILD_S") else None,
         },
