@@ -22,9 +22,10 @@ from kvgraft.engine.compare import logits_sha256
 from kvgraft.library.errors import BlobCorrupt, BlobMissing, BlobUnreadable
 from kvgraft.library.tokens import tokens_sha256
 
+from .chat_format import ChatFormat
 from .checker import get_checker
 from .library_service import LibraryService
-from .prompts import ask_suffix, fresh_prompt
+from .prompts import QA_FORMAT, ask_suffix, fresh_prompt
 from .replay import decode_in_calls
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ class AskResult:
     stored_answer: str | None = None  # a stored answer nobody vouched for (stated by its author)
     answer_ready: bool = False  # grafted the solution's answer-ready state (text + question but its last token)
     ttft_ms: float | None = None  # from the call to the first answer token
+    prompt_format: str = QA_FORMAT  # how a fresh question was put: "qa-v1" (app/prompts.py) or the model's template
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -155,9 +157,14 @@ def ask(
             **words,
         )
 
+    fmt = ChatFormat.for_model(model)
     if context is not None:
         prompt = model.tokenize(context) + model.tokenize("\n" + ask_suffix(question), add_bos=False)
         stop = ["\n"]
+    elif fmt.template is not None:  # an instruct model: the question as its chat template puts a user turn
+        prompt = fmt.first(model, None, question, after_state=False)
+        stop = []  # it ends its turn with an end-of-generation token
+        checker = get_checker("final_number") if checker is get_checker("numeric") else checker
     else:
         prompt = model.tokenize(fresh_prompt(question))
         stop = ["\nQ:"]
@@ -194,6 +201,7 @@ def ask(
         gen.stop_reason,
         proof=prefix.proof if source == "prefix" else None,
         ttft_ms=_ttft(gen, t0),
+        prompt_format=fmt.name if (context is None and fmt.template is not None) else QA_FORMAT,
         **words,
     )
 

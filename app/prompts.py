@@ -11,6 +11,8 @@ with Gemma 3 270M, about 6 decode tokens each).
 
 from __future__ import annotations
 
+QA_FORMAT = "qa-v1"  # the name of these formats, as `ask --json` reports it (prompt_format)
+
 
 def solution_text(question: str, solution: str, answer: str) -> str:
     """The text deposited (prefilled) for a verified solution."""
@@ -30,4 +32,6 @@ def fresh_prompt(question: str) -> str:
     return f"Q: {question.strip()}\nA: Let's work it out step by step.\n"
 
 
+# A model with a chat template (an instruct model) is asked a fresh question through its template
+# instead (app/ask.py, app/chat_format.py); grafts keep these formats: they define the receipts.
 DOCUMENT_PROBE = "\n\nQ: What is the text above about?\nA:"

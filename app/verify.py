@@ -63,6 +63,7 @@ class Item:
     schedule: dict | None = None  # the decode schedule the state was made with (app/replay.py)
     vouched_by: str | None = None
     entry_id: int | None = None  # a library entry: a replay that proves it records the proof
+    stored_tokens: list[int] | None = None  # a session's transcript: token ids, not text to tokenize again
 
 
 def library_items(service: LibraryService, entries: list[Entry]) -> list[Item]:
@@ -90,6 +91,7 @@ def library_items(service: LibraryService, entries: list[Entry]) -> list[Item]:
             schedule=e.schedule,
             vouched_by=e.vouched_by,
             entry_id=e.id,
+            stored_tokens=e.tokens if e.kind == "session" else None,
         )
         for e in entries
     ]
@@ -165,7 +167,10 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
     if item.model_sha256 is not None and item.model_sha256 != model.info.sha256:
         checks["model_ok"] = False
         failures.append("model")
-    tokens = expected_tokens(model, item.kind, item.text, item.question)
+    if item.stored_tokens is not None:  # a chat session holds decoded reply tokens: its text is not its tokens
+        tokens = list(item.stored_tokens)
+    else:
+        tokens = expected_tokens(model, item.kind, item.text, item.question)
     checks["tokens_ok"] = len(tokens) == item.n_tokens and tokens_sha256(tokens) == item.tokens_sha256
     if not checks["tokens_ok"]:
         failures.append("tokens")

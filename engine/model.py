@@ -97,13 +97,14 @@ class Model:
         return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
 
     # -- text ----------------------------------------------------------------------------------
-    def tokenize(self, text: str, add_bos: bool = True) -> list[int]:
-        """Tokens for `text`; special tokens in the text are treated as plain text."""
+    def tokenize(self, text: str, add_bos: bool = True, special: bool = False) -> list[int]:
+        """Tokens for `text`; special tokens in the text are treated as plain text unless `special`
+        (a chat template's rendering, where "<|im_start|>" is meant as the control token)."""
         raw = text.encode("utf-8")
         cap = len(raw) + 8
         while True:
             buf = (llama.llama_token * cap)()
-            n = llama.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_bos, False)
+            n = llama.llama_tokenize(self.vocab, raw, len(raw), buf, cap, add_bos, special)
             if n >= 0:
                 return list(buf[:n])
             cap = -n
@@ -117,6 +118,24 @@ class Model:
             buf = ctypes.create_string_buffer(-n)
             n = llama.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
         return buf.raw[:n]
+
+    def token_text(self, token: int) -> str:
+        """A token as text, control tokens written out ("<bos>"): what a chat template calls bos_token."""
+        buf = ctypes.create_string_buffer(256)
+        n = llama.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, True)
+        return buf.raw[: max(n, 0)].decode("utf-8", errors="replace")
+
+    @property
+    def eos(self) -> int:
+        return llama.llama_vocab_eos(self.vocab)
+
+    @property
+    def chat_template(self) -> str | None:
+        """The GGUF's `tokenizer.chat_template` (None when it has none)."""
+        if self._ptr is None:
+            raise EngineError("model is closed")
+        raw = llama.llama_model_chat_template(self._ptr, None)
+        return raw.decode("utf-8", errors="replace") if raw else None
 
     def detokenize(self, tokens) -> str:
         return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")

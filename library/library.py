@@ -28,9 +28,10 @@ from .blobstore import BlobStore, StoredBlob, check_sha
 from .errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
 from .normalize import question_key
 from .provenance import ProvenanceRecords, now
-from .records import GRAFTABLE, KINDS, LOCAL, UNPROVEN, Entry, ModelRecord
+from .records import GRAFTABLE, KINDS, LOCAL, NOT_KNOWLEDGE, UNPROVEN, Entry, ModelRecord
 from .schema import insert_prefix_keys, migrations
 from .staging import BlobStaging, staged
+from .threads import ThreadRecords
 from .tokens import PREFIX_BLOCK, pack_tokens, prefix_keys, tokens_sha256
 from .views import LibraryReads
 
@@ -44,7 +45,7 @@ def _fts_query(text: str, any_term: bool) -> str | None:
     return (" OR " if any_term else " ").join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-class Library(ProvenanceRecords, LibraryReads):
+class Library(ProvenanceRecords, LibraryReads, ThreadRecords):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -336,7 +337,7 @@ class Library(ProvenanceRecords, LibraryReads):
             return []
         sql = (
             "SELECT e.* FROM entries_fts f JOIN entries e ON e.id = f.rowid WHERE entries_fts MATCH ? AND e.kind "
-            "<> 'answer'"
+            f"NOT IN {NOT_KNOWLEDGE}"
             + (f" AND e.fingerprint = ? AND {GRAFTABLE}" if fingerprint else "")
             + " ORDER BY f.rank LIMIT ?"
         )
@@ -353,7 +354,9 @@ class Library(ProvenanceRecords, LibraryReads):
         if not key:
             return None
         rows = list(
-            self._db.query("SELECT * FROM entries WHERE question_key = ? AND kind <> 'answer' ORDER BY id DESC", [key])
+            self._db.query(
+                f"SELECT * FROM entries WHERE question_key = ? AND kind NOT IN {NOT_KNOWLEDGE} ORDER BY id DESC", [key]
+            )
         )
         entries = [Entry.from_row(r) for r in rows]
         if fingerprint is not None:
@@ -381,8 +384,8 @@ class Library(ProvenanceRecords, LibraryReads):
             mid = (lo + hi) // 2
             hit = self._db.execute(
                 "SELECT 1 FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
-                f"WHERE p.key = ? AND p.length = ? AND e.fingerprint = ? AND {GRAFTABLE} AND e.kind <> 'answer' "
-                "LIMIT 1",
+                f"WHERE p.key = ? AND p.length = ? AND e.fingerprint = ? AND {GRAFTABLE} "
+                f"AND e.kind NOT IN {NOT_KNOWLEDGE} LIMIT 1",
                 [bkeys[blocks[mid]], blocks[mid], fingerprint],
             ).fetchone()
             if hit:
@@ -397,8 +400,8 @@ class Library(ProvenanceRecords, LibraryReads):
             marks = ",".join("?" * len(by_key))
             rows = self._db.execute(
                 f"SELECT p.entry_id, p.length FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
-                f"WHERE p.full = 1 AND p.key IN ({marks}) AND e.fingerprint = ? AND {GRAFTABLE} AND e.kind <> 'answer' "
-                f"ORDER BY p.length DESC, p.entry_id DESC",
+                f"WHERE p.full = 1 AND p.key IN ({marks}) AND e.fingerprint = ? AND {GRAFTABLE} "
+                f"AND e.kind NOT IN {NOT_KNOWLEDGE} ORDER BY p.length DESC, p.entry_id DESC",
                 list(by_key) + [fingerprint],
             ).fetchall()
             want = list(tokens)
@@ -429,8 +432,9 @@ class Library(ProvenanceRecords, LibraryReads):
     def stats(self, n_ctx: int | None = None, fingerprint: str | None = None) -> dict:
         q = self._db.execute
         entries = q("SELECT count(*) FROM entries").fetchone()[0]
-        # an answer-ready state repeats its solution's text: its tokens are not more knowledge stored
-        tokens = q("SELECT coalesce(sum(n_tokens), 0) FROM entries WHERE kind <> 'answer'").fetchone()[0]
+        # an answer-ready state repeats its solution's text, a session is a conversation: neither is
+        # more knowledge stored
+        tokens = q(f"SELECT coalesce(sum(n_tokens), 0) FROM entries WHERE kind NOT IN {NOT_KNOWLEDGE}").fetchone()[0]
         blobs, nbytes, canonical_bytes, legacy = q(
             "SELECT count(*), coalesce(sum(coalesce(stored_size, size)), 0), coalesce(sum(size), 0), "
             "coalesce(sum(canonical IS NOT 1), 0) FROM blobs"
@@ -452,6 +456,8 @@ class Library(ProvenanceRecords, LibraryReads):
             "unproven": q("SELECT count(*) FROM entries WHERE proof = ?", [UNPROVEN]).fetchone()[0],
             "by_proof": {p: c for p, c in q("SELECT proof, count(*) FROM entries GROUP BY proof")},
             "by_kind": {k: c for k, c in q("SELECT kind, count(*) FROM entries GROUP BY kind")},
+            # chat threads: bytes of their stored states, by thread id (a state a fork shares counts in each)
+            "session_bytes_by_thread": {str(k): v for k, v in self.session_bytes_by_thread().items()},
             "data_dir": str(self.root),
         }
         if fingerprint is not None:

@@ -94,8 +94,13 @@ def _check_chunks(lib: Library, sha: str, problems: list, repaired: list, repair
 
 
 def gc(lib: Library, grace_s: float = GRACE_S) -> dict:
-    """Remove blobs no entry references, stale pending rows and dead temp files."""
+    """Remove session states no thread needs (older than the grace period; never a thread's newest or a
+    fork point), then blobs no entry references, stale pending rows and dead temp files."""
     removed_blobs, removed_bytes, removed_temp = [], 0, 0
+    cutoff = (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=grace_s)).isoformat(
+        timespec="microseconds"
+    )
+    removed_sessions = lib.remove_all(lib.stale_sessions(cutoff))
     with lib.write():
         live, stale = _pending(lib, grace_s)
         for k in range(0, len(stale), 500):
@@ -119,6 +124,7 @@ def gc(lib: Library, grace_s: float = GRACE_S) -> dict:
             t.path.unlink(missing_ok=True)
             removed_temp += 1
     return {
+        "removed_sessions": len(removed_sessions),
         "removed_blobs": len(removed_blobs),
         "removed_bytes": removed_bytes,
         "removed_temp_files": removed_temp,

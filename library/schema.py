@@ -155,6 +155,46 @@ def m008_drop_receipts_table(db: Database) -> None:
         db["receipts"].drop()
 
 
+@migrations()
+def m009_threads(db: Database) -> None:
+    """Conversations (app/chat.py). A thread is a system prompt, a prompt format and turns; each turn
+    keeps the transcript's tokens as the KV holds them after the reply, the `session` entry whose state
+    is that transcript, and the decode schedule that made it (JSON, as entries.schedule: a replay of
+    it in a new context must give the same logits before the reply: `logits_sha256`)."""
+    db["threads"].create(
+        {
+            "id": int,
+            "title": str,
+            "system": str,
+            "format": str,
+            "fingerprint": str,
+            "model_sha256": str,
+            "from_entry_id": int,
+            "forked_from": int,
+            "fork_turn": int,
+            "created_at": str,
+        },
+        pk="id",
+    )
+    db["turns"].create(
+        {
+            "thread_id": int,
+            "n": int,
+            "user": str,
+            "reply": str,
+            "tokens": bytes,
+            "n_tokens": int,
+            "entry_id": int,
+            "schedule": str,
+            "logits_sha256": str,
+            "created_at": str,
+        },
+        pk=("thread_id", "n"),
+        foreign_keys=[("thread_id", "threads", "id")],
+    )
+    db["turns"].create_index(["entry_id"])
+
+
 def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens: int) -> None:
     tokens = unpack_tokens(tokens_blob)
     keys = prefix_keys(tokens, entry_key_lengths(n_tokens))
@@ -173,4 +213,5 @@ MIGRATIONS = [
     "m006_compaction",
     "m007_proof",
     "m008_drop_receipts_table",
+    "m009_threads",
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .records import GRAFTABLE, ModelRecord
+from .records import GRAFTABLE, NOT_KNOWLEDGE, ModelRecord
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class LibraryReads:
             rows.sort(key=lambda r: order[r[0]])
         else:
             rows = self._db.execute(
-                _TABLE_SELECT + " WHERE e.kind <> 'answer' ORDER BY e.id LIMIT ?", [fp, limit]
+                _TABLE_SELECT + f" WHERE e.kind NOT IN {NOT_KNOWLEDGE} ORDER BY e.id LIMIT ?", [fp, limit]
             ).fetchall()
         return [
             TableRow(

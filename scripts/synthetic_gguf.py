@@ -140,7 +140,7 @@ def _add_hparams(w: GGUFWriter, arch: str, shape: Shape) -> None:
         w.add_vocab_size(N_VOCAB)
 
 
-def _add_tokenizer(w: GGUFWriter, chat_template: bool) -> None:
+def _add_tokenizer(w: GGUFWriter, chat_template: bool | str) -> None:
     tokens, scores, types = vocabulary()
     w.add_tokenizer_model("llama")
     w.add_tokenizer_pre("default")
@@ -154,10 +154,10 @@ def _add_tokenizer(w: GGUFWriter, chat_template: bool) -> None:
     w.add_add_eos_token(False)
     w.add_add_space_prefix(False)  # as Gemma's: " word" is "▁word", text at the start gets no space
     if chat_template:
-        w.add_chat_template(CHAT_TEMPLATE)
+        w.add_chat_template(chat_template if isinstance(chat_template, str) else CHAT_TEMPLATE)
 
 
-def write_synthetic_gguf(path: str | Path, arch: str, seed: int = 0, chat_template: bool = False) -> Path:
+def write_synthetic_gguf(path: str | Path, arch: str, seed: int = 0, chat_template: bool | str = False) -> Path:
     """Write the synthetic `arch` model to `path`; the same arguments always give the same bytes."""
     if arch not in SHAPES:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")

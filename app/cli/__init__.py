@@ -9,6 +9,7 @@ import click
 from .. import __version__
 from .answer_cmds import COMMANDS as ANSWER_COMMANDS
 from .bench_cmd import bench
+from .chat_cmds import chat
 from .common import setup_logging
 from .demo_cmd import demo
 from .engine_cmds import doctor, selftest
@@ -39,6 +40,7 @@ cli.add_command(demo)
 cli.add_command(bench)
 cli.add_command(keys)
 cli.add_command(verify)
+cli.add_command(chat)
 for _cmd in LIBRARY_COMMANDS + PACK_COMMANDS + ANSWER_COMMANDS:
     cli.add_command(_cmd)
 

@@ -238,14 +238,16 @@ def rm(entry_ids) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
 @handle_errors
 def gc(as_json) -> None:
-    """Remove blobs no entry references (never one another process is still writing)."""
+    """Remove blobs no entry references (never one another process is still writing), and the older
+    states of chat threads (never a thread's newest, never a fork point)."""
     with open_library(cli_home()) as lib:
         res = run_gc(lib)
     if as_json:
         emit_json(res)
     else:
         click.echo(
-            f"removed {res['removed_blobs']} blobs ({res['removed_bytes'] / 1e6:.1f} MB), "
+            f"removed {res['removed_sessions']} older thread states, {res['removed_blobs']} blobs "
+            f"({res['removed_bytes'] / 1e6:.1f} MB), "
             f"{res['removed_temp_files']} temp files, {res['removed_pending']} stale pending records"
         )
 
@@ -316,6 +318,10 @@ def stats(n_ctx, as_json) -> None:
                 f"\n{res['uncompacted_blobs']} blobs from before compaction (run kvgraft fsck --repair to compact them)"
                 if res["uncompacted_blobs"]
                 else ""
+            )
+            + "".join(
+                f"\nchat thread #{tid}: {n / 1e6:,.1f} MB of stored states"
+                for tid, n in res["session_bytes_by_thread"].items()
             )
         )
 
