@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from kvgraft.engine.compare import logits_sha256
@@ -31,6 +31,21 @@ from .replay import decode_in_calls
 log = logging.getLogger(__name__)
 
 GRAFT_ANSWER_TOKENS = 24  # an answer copied from a graft is a few tokens and a newline
+
+
+# A document is grafted for a question only when it contains at least this share of the question's
+# content words, weighted by rarity (library/retrieval.py); below it the question is answered fresh and
+# says so. Tuned with scripts/library_qa.py on its tuning seed, never on the set the README reports.
+RETRIEVAL_MIN_COVERAGE = 0.8
+
+
+def _ranked_dict(r) -> dict:
+    return {
+        "entry_id": r.entry.id,
+        "title": r.entry.title,
+        "score": round(r.score, 3),
+        "coverage": round(r.coverage, 3),
+    }
 
 
 @dataclass
@@ -58,6 +73,10 @@ class AskResult:
     answer_ready: bool = False  # grafted the solution's answer-ready state (text + question but its last token)
     ttft_ms: float | None = None  # from the call to the first answer token
     prompt_format: str = QA_FORMAT  # how a fresh question was put: "qa-v1" (app/prompts.py) or the model's template
+    title: str | None = None  # "retrieved": the document's title
+    score: float | None = None  # the best-ranked document's BM25 score (retrieved, or not grafted: below coverage)
+    coverage: float | None = None  # the share of the question's content words it contains (IDF-weighted)
+    runners_up: list = field(default_factory=list)  # the other ranked documents: entry_id, title, score
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -65,8 +84,18 @@ class AskResult:
     def provenance(self) -> str:
         """One line in plain words, for people: where the answer came from, its proof, who vouched, exact or not."""
         if self.source == "fresh":
-            return f"fresh - {self.tokens_prefilled:,} tokens prefilled - {self.tokens_decoded} decoded"
-        what = f"entry #{self.entry_id}" if self.source == "graft" else f"stored prefix #{self.entry_id}"
+            below = (
+                f" (no stored document covers the question: best #{self.runners_up[0]['entry_id']} covers "
+                f"{self.coverage:.0%} of its words, {RETRIEVAL_MIN_COVERAGE:.0%} needed)"
+                if self.coverage is not None and self.runners_up
+                else ""
+            )
+            return f"fresh{below} - {self.tokens_prefilled:,} tokens prefilled - {self.tokens_decoded} decoded"
+        what = {
+            "graft": f"entry #{self.entry_id}",
+            "retrieved": f'document #{self.entry_id} "{self.title}" (retrieved: covers {self.coverage:.0%} of the '
+            f"question's words, score {self.score:.1f})",
+        }.get(self.source, f"stored prefix #{self.entry_id}")
         origin = f"proof {self.proof}"
         if self.source == "graft":
             origin += f", answer verified by {self.verified_by}" if self.verified else ", answer not verified"
@@ -76,7 +105,7 @@ class AskResult:
             exact = "NOT exact: logits differ from the fresh run's in its receipt"
         else:
             exact = "exact restore, not compared"
-        rest = f" - {self.tokens_prefilled:,} prefilled" if self.source == "prefix" else ""
+        rest = f" - {self.tokens_prefilled:,} prefilled" if self.source in ("prefix", "retrieved") else ""
         if self.answer_ready:
             origin += ", its answer-ready state: 1 token decoded before the answer"
         return (
@@ -101,7 +130,11 @@ def ask(
     budget: int = 128,
     use_library: bool = True,
     on_token: Callable[[int, str], bool | None] | None = None,
+    retrieve: bool = True,
 ) -> AskResult:
+    """Answer `question`: by graft from a proven entry stored for it; else, unless `retrieve` is False,
+    from the stored document that ranks best for it (if it covers RETRIEVAL_MIN_COVERAGE of the question); else a stored
+    prefix of `context` or of the fresh prompt; else fresh."""
     engine, lib = service.engine, service.library
     fp = engine.fingerprint
     model = engine.model
@@ -157,6 +190,42 @@ def ask(
             **words,
         )
 
+    ranked = lib.rank_documents(question, fp) if (use_library and retrieve and context is None) else []
+    best = ranked[0] if ranked else None
+    runners_up = [_ranked_dict(r) for r in ranked[1:]]
+    suffix = model.tokenize("\n" + ask_suffix(question), add_bos=False)
+    if best is not None and best.coverage >= RETRIEVAL_MIN_COVERAGE:
+        doc = best.entry
+        if doc.n_tokens + len(suffix) + budget <= engine.config.n_ctx:
+            with service.session() as s:
+                g = service.graft(s, doc)  # the document at its own positions, exact
+                s.prefill(suffix)
+                gen = s.generate(budget, stop=["\n"], on_token=on_token)
+            answer = gen.text.strip()
+            return AskResult(
+                question,
+                answer,
+                verified,
+                checker(answer, verified) if verified is not None else None,
+                "retrieved",
+                doc.id,
+                g.n_tokens,
+                g.total_ms,
+                len(suffix),
+                len(gen.tokens),
+                None,
+                None,
+                (time.perf_counter() - t0) * 1e3,
+                gen.stop_reason,
+                proof=doc.proof,
+                ttft_ms=_ttft(gen, t0),
+                title=doc.title,
+                score=round(best.score, 3),
+                coverage=round(best.coverage, 3),
+                runners_up=runners_up,
+                **words,
+            )
+
     fmt = ChatFormat.for_model(model)
     if context is not None:
         prompt = model.tokenize(context) + model.tokenize("\n" + ask_suffix(question), add_bos=False)
@@ -202,6 +271,9 @@ def ask(
         proof=prefix.proof if source == "prefix" else None,
         ttft_ms=_ttft(gen, t0),
         prompt_format=fmt.name if (context is None and fmt.template is not None) else QA_FORMAT,
+        score=round(best.score, 3) if best is not None else None,
+        coverage=round(best.coverage, 3) if best is not None else None,
+        runners_up=[_ranked_dict(r) for r in ranked],
         **words,
     )
 

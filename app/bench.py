@@ -255,7 +255,7 @@ def decode_economy(engine: Engine, lib: Library, n: int, say) -> dict:
         say(f"decode economy: {p.id}")
         service.deposit_solution(p.question, p.solution, p.answer, vouched_by=GENERATOR)
         fresh = ask(service, p.question, budget=96, use_library=False)
-        graft = ask(service, p.question)
+        graft = ask(service, p.question, retrieve=False)
         rows.append(
             {
                 "id": p.id,

@@ -64,7 +64,7 @@ def recurring_case(service: LibraryService, say: Callable[[str], None], budget: 
     say(f"answering each problem fresh (budget {budget} decode tokens), then from the library by graft")
     for p in problems:
         fresh = ask(service, p.question, budget=budget, use_library=False)
-        graft = ask(service, p.question)
+        graft = ask(service, p.question, retrieve=False)
         rows.append(
             {
                 "id": p.id,

@@ -29,6 +29,7 @@ from .errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
 from .normalize import question_key
 from .provenance import ProvenanceRecords, now
 from .records import GRAFTABLE, KINDS, LOCAL, NOT_KNOWLEDGE, UNPROVEN, Entry, ModelRecord
+from .retrieval import Retrieval
 from .schema import insert_prefix_keys, migrations
 from .staging import BlobStaging, staged
 from .threads import ThreadRecords
@@ -45,7 +46,7 @@ def _fts_query(text: str, any_term: bool) -> str | None:
     return (" OR " if any_term else " ").join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-class Library(ProvenanceRecords, LibraryReads, ThreadRecords):
+class Library(ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,9 @@ from .common import cli_home, emit_json, engine_options, handle_errors, stage_pr
 @engine_options
 @handle_errors
 def ask(state, question, context_file, budget, no_library, as_json) -> None:
-    """Answer a question: by graft from a proven entry for it, from a stored prefix, or fresh.
+    """Answer a question: by graft from a proven entry for it, from the stored document it is about
+    (retrieved: the document containing most of its words, weighted by rarity, is grafted and named),
+    from a stored prefix, or fresh.
 
     The answer streams to stdout as it is decoded, then its provenance follows on stderr.
     """
