@@ -91,11 +91,15 @@ class AskResult:
                 else ""
             )
             return f"fresh{below} - {self.tokens_prefilled:,} tokens prefilled - {self.tokens_decoded} decoded"
-        what = {
-            "graft": f"entry #{self.entry_id}",
-            "retrieved": f'document #{self.entry_id} "{self.title}" (retrieved: covers {self.coverage:.0%} of the '
-            f"question's words, score {self.score:.1f})",
-        }.get(self.source, f"stored prefix #{self.entry_id}")
+        if self.source == "graft":
+            what = f"entry #{self.entry_id}"
+        elif self.source == "retrieved":
+            what = (
+                f'document #{self.entry_id} "{self.title}" (retrieved: covers {self.coverage:.0%} of the '
+                f"question's words, score {self.score:.1f})"
+            )
+        else:
+            what = f"stored prefix #{self.entry_id}"
         origin = f"proof {self.proof}"
         if self.source == "graft":
             origin += f", answer verified by {self.verified_by}" if self.verified else ", answer not verified"

@@ -88,3 +88,16 @@ def test_unproven_documents_and_solutions_are_never_retrieved(library):
     service.deposit_solution("How many pumps does Quorvane keep?", "Quorvane keeps 4 pumps and 3 spares.", "7")
     r = ask(service, "Quorvane pumps and spares in all?", budget=2)
     assert r.source == "fresh"  # a solution is found by its question, never by retrieval
+
+
+def test_provenance_words_for_every_source():
+    """Each source's words are built only from its own fields (a prefix answer has no coverage)."""
+    from kvgraft.app.ask import AskResult
+
+    base = dict(verified_answer=None, answer_checked=None, tokens_restored=10, graft_ms=1.0, tokens_prefilled=3)
+    base |= dict(tokens_decoded=2, exact=None, receipt_match=None, wall_ms=5.0, stop_reason="eog", proof="local")
+    for source in ("graft", "prefix", "fresh"):
+        r = AskResult("q", "a", source=source, entry_id=1, **base)
+        assert r.provenance()
+    r = AskResult("q", "a", source="retrieved", entry_id=1, title="T", score=1.5, coverage=0.9, **base)
+    assert 'document #1 "T" (retrieved: covers 90%' in r.provenance()
