@@ -85,13 +85,20 @@ class ThreadRecords:
         fork_turn: int | None = None,
     ) -> Thread:
         with self.write():
-            cur = self._db.execute(
-                "INSERT INTO threads (title, system, format, fingerprint, model_sha256, from_entry_id, forked_from, "
-                "fork_turn, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [title, system, format, fingerprint, model_sha256, from_entry_id, forked_from, fork_turn, now()],
+            thread_id = self._insert_thread(
+                title, system, format, fingerprint, model_sha256, from_entry_id, forked_from, fork_turn
             )
-            thread_id = cur.lastrowid
         return self.thread(thread_id)
+
+    def _insert_thread(self, *values) -> int:
+        """One thread row (inside the caller's write transaction): title, system, format, fingerprint,
+        model_sha256, from_entry_id, forked_from, fork_turn; returns its id."""
+        cur = self._db.execute(
+            "INSERT INTO threads (title, system, format, fingerprint, model_sha256, from_entry_id, forked_from, "
+            "fork_turn, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [*values, now()],
+        )
+        return cur.lastrowid
 
     def thread(self, thread_id: int) -> Thread:
         rows = list(self._db.query("SELECT * FROM threads WHERE id = ?", [thread_id]))
@@ -141,26 +148,13 @@ class ThreadRecords:
     def fork_thread(self, thread_id: int, turn: int) -> Thread:
         """A new thread holding turns 1..`turn` of `thread_id` (the same states: nothing is recomputed)."""
         src = self.thread(thread_id)
-        turns = [t for t in self.turns(thread_id) if t.n <= turn]
-        if turn < 0 or len(turns) != turn:
-            raise LibraryError(f"thread #{thread_id} has no turn {turn} (it has {len(self.turns(thread_id))})")
+        have = len(self.turns(thread_id))
+        if not 0 <= turn <= have:
+            raise LibraryError(f"thread #{thread_id} has no turn {turn} (it has {have})")
         with self.write():
-            cur = self._db.execute(
-                "INSERT INTO threads (title, system, format, fingerprint, model_sha256, from_entry_id, forked_from, "
-                "fork_turn, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    src.title,
-                    src.system,
-                    src.format,
-                    src.fingerprint,
-                    src.model_sha256,
-                    src.from_entry_id,
-                    thread_id,
-                    turn,
-                    now(),
-                ],
+            new_id = self._insert_thread(
+                src.title, src.system, src.format, src.fingerprint, src.model_sha256, src.from_entry_id, thread_id, turn
             )
-            new_id = cur.lastrowid
             self._db.execute(
                 "INSERT INTO turns (thread_id, n, user, reply, tokens, n_tokens, entry_id, schedule, logits_sha256, "
                 "created_at) SELECT ?, n, user, reply, tokens, n_tokens, entry_id, schedule, logits_sha256, created_at "
