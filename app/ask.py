@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from kvgraft.engine.compare import logits_sha256
@@ -77,6 +78,7 @@ class AskResult:
     score: float | None = None  # the best-ranked document's BM25 score (retrieved, or not grafted: below coverage)
     coverage: float | None = None  # the share of the question's content words it contains (IDF-weighted)
     runners_up: list = field(default_factory=list)  # the other ranked documents: entry_id, title, score
+    section: dict | None = None  # retrieved/prefix from a deposited file: {file, section, sections, heading}
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -95,11 +97,11 @@ class AskResult:
             what = f"entry #{self.entry_id}"
         elif self.source == "retrieved":
             what = (
-                f'document #{self.entry_id} "{self.title}" (retrieved: covers {self.coverage:.0%} of the '
-                f"question's words, score {self.score:.1f})"
+                f'document #{self.entry_id} "{self.title}"{self._where()} (retrieved: covers {self.coverage:.0%} of '
+                f"the question's words, score {self.score:.1f})"
             )
         else:
-            what = f"stored prefix #{self.entry_id}"
+            what = f"stored prefix #{self.entry_id}{self._where()}"
         origin = f"proof {self.proof}"
         if self.source == "graft":
             origin += f", answer verified by {self.verified_by}" if self.verified else ", answer not verified"
@@ -117,6 +119,20 @@ class AskResult:
             f"{exact}{rest} - "
             f"{self.tokens_decoded} tokens decoded"
         )
+
+    def _where(self) -> str:
+        """ " in doc.md, section 3 of 12" for an entry deposited from a file, else nothing."""
+        if not self.section:
+            return ""
+        name = Path(self.section["file"]).name
+        n, of = self.section["section"], self.section["sections"]
+        part = f"section {n} of {of}"
+        return f" in {name}" + (f", {part}" if of > 1 and part not in (self.title or "") else "")
+
+
+def _section(lib, entry_id: int | None) -> dict | None:
+    ref = lib.section_of(entry_id) if entry_id is not None else None
+    return ref.as_dict() if ref is not None else None
 
 
 def _compare_with_receipt(session, entry, continuation) -> bool | None:
@@ -227,6 +243,7 @@ def ask(
                 score=round(best.score, 3),
                 coverage=round(best.coverage, 3),
                 runners_up=runners_up,
+                section=_section(lib, doc.id),
                 **words,
             )
 
@@ -278,6 +295,7 @@ def ask(
         score=round(best.score, 3) if best is not None else None,
         coverage=round(best.coverage, 3) if best is not None else None,
         runners_up=[_ranked_dict(r) for r in ranked],
+        section=_section(lib, prefix.id) if source == "prefix" else None,
         **words,
     )
 

@@ -2,9 +2,10 @@
 
 A `.kvpack` is imported whole or refused (app/packs.py: checked completely, unsigned entries
 replayed before anything is written); a `.jsonl` problem file is built here (each verified
-problem deposited as a solution; already stored ones are skipped). A refused file does not stop
-the others; cancelling (the progress callback raising Cancelled) stops at once, and the pack
-being imported then has changed nothing.
+problem deposited as a solution; already stored ones are skipped); a `.txt`, `.md` or `.pdf`
+file is deposited as a document (app/documents.py: verbatim, or in sections when longer than the
+context). A refused file does not stop the others; cancelling (the progress callback raising
+Cancelled) stops at once, and the pack or document being imported then has changed nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Callable, Sequence
 from kvgraft.engine.errors import Cancelled, EngineError
 from kvgraft.library.errors import LibraryError
 
+from .documents import DOCUMENT_SUFFIXES, deposit_file
 from .library_service import LibraryService
 from .packs import import_pack
 from .problems import read_jsonl
@@ -35,10 +37,10 @@ class FileImport:
     """What one file gave: a pack's import result (app/packs.import_pack), or a problem file's counts."""
 
     file: str
-    kind: str  # "pack" or "problems"
+    kind: str  # "pack", "problems" or "document"
     imported: int
     skipped: int
-    detail: dict  # import_pack's result for a pack; {"problems": n} for a problem file
+    detail: dict  # import_pack's result for a pack; {"problems": n} for a problem file; a document's deposit
 
 
 @dataclass
@@ -60,6 +62,16 @@ class ImportSummary:
             "replayed": self.replayed,
             "replay_s": round(self.replay_s, 3),
             "unproven": self.unproven,
+            "documents": [
+                {
+                    "file": f.file,
+                    "title": f.detail["title"],
+                    "sections": len(f.detail["sections"]),
+                    "unchanged": f.detail["unchanged"],
+                }
+                for f in self.files
+                if f.kind == "document"
+            ],
         }
 
 
@@ -80,6 +92,10 @@ def import_files(
         try:
             if path.suffix.lower() in PROBLEM_FILES:
                 done = _build_problems(service, path, progress)
+            elif path.suffix.lower() in DOCUMENT_SUFFIXES:
+                fd = deposit_file(service, path, progress=progress)
+                made = sum(fd.created)
+                done = FileImport(str(path), "document", made, len(fd.entries) - made, fd.as_dict())
             else:
                 res = import_pack(
                     service,

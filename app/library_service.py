@@ -59,6 +59,18 @@ class DepositResult:
         }
 
 
+@dataclass(frozen=True)
+class ReferenceRun:
+    """What a deposit's one fresh run made: the state, the answer-ready state (solutions), the probe
+    and the receipt."""
+
+    snap: object
+    ready_snap: object | None
+    probe: list[int]
+    receipt: dict
+    prefill_s: float
+
+
 class LibraryService:
     """Engine + library. Call from the one thread that owns the engine's sessions."""
 
@@ -129,12 +141,51 @@ class LibraryService:
         same = self.library.find_same(tokens_sha256(tokens), self.engine.fingerprint, kind, question, answer)
         if same is not None and same.damaged is None and same.proven:
             return DepositResult(same, False, 0.0)
+        ref = self._reference_run(tokens, kind, question, on_progress, answer_ready=kind == "solution")
+        entry, created = self.library.add_entry(
+            kind=kind,
+            text=text,
+            tokens=tokens,
+            blob=ref.snap.data,
+            blob_sha256=ref.snap.sha256,
+            fingerprint=self.engine.fingerprint,
+            model=model_record(self.engine),
+            title=title or _title(text, question),
+            question=question,
+            answer=answer,
+            receipt=ref.receipt,
+            checker=checker,
+            elided=ref.snap.elided,
+            proof=LOCAL,
+            schedule=schedule_of(self.engine),
+            vouched_by=vouched_by if answer is not None else None,
+        )
+        if ref.ready_snap is not None:
+            try:
+                self._store_answer_ready(
+                    entry, ref.ready_snap, ref.probe, ref.receipt["fresh_logits_sha256"], vouched_by
+                )
+            except (LibraryError, EngineError, OSError) as exc:  # an optimisation: the solution itself is stored
+                log.warning(
+                    "entry #%d: its answer-ready state was not stored (%s); it is answered the slower way",
+                    entry.id,
+                    exc,
+                )
+        return DepositResult(entry, created, ref.prefill_s)
+
+    def _reference_run(
+        self, tokens: list[int], kind: str, question: str | None, on_progress, answer_ready: bool = False
+    ) -> "ReferenceRun":
+        """Prefill `tokens` in a new context (never the warm one), snapshot it, decode the kind's probe,
+        then graft the snapshot and decode the probe again: the receipt compares the two logits."""
+        limit = self.engine.config.n_ctx - 64
         probe_text = replay_probe_text(kind, question)
         probe = self.engine.model.tokenize(probe_text, add_bos=False)
         # a solution's question is decoded as [all but its last token], [its last token]: the state in
         # between is the answer-ready state (kind "answer"), and both receipts share the fresh logits
-        ready = kind == "solution" and bool(question) and len(probe) >= 2 and len(tokens) + len(probe) <= limit
+        ready = answer_ready and bool(question) and len(probe) >= 2 and len(tokens) + len(probe) <= limit
         calls = [len(probe) - 1, 1] if ready else [len(probe)]
+        ready_snap = None
         with self.engine.session() as s:  # the reference run: always a new context, never the warm one
             t0 = time.perf_counter()
             s.prefill(tokens, on_progress=on_progress)
@@ -161,34 +212,30 @@ class LibraryService:
         }
         if fresh_sha != graft_sha:
             log.warning("deposit: grafted logits differ from fresh on this engine (%s)", self.engine.backend)
-        entry, created = self.library.add_entry(
-            kind=kind,
+        return ReferenceRun(snap, ready_snap, probe, receipt, prefill_s)
+
+    def document_state(self, text: str, tokens: list[int], title: str, on_progress=None) -> tuple[dict, float]:
+        """A document's state computed here, as `Library.stage_entry` keywords (blob, receipt, proof
+        local, schedule), and its prefill seconds: for deposits that commit several entries at once."""
+        if len(tokens) > self.engine.config.n_ctx - 64:
+            raise EngineError(
+                f"the text is {len(tokens):,} tokens; this context holds at most {self.engine.config.n_ctx - 64:,}"
+            )
+        ref = self._reference_run(tokens, "document", None, on_progress)
+        entry = dict(
+            kind="document",
             text=text,
             tokens=tokens,
-            blob=snap.data,
-            blob_sha256=snap.sha256,
-            fingerprint=self.engine.fingerprint,
+            blob=ref.snap.data,
+            blob_sha256=ref.snap.sha256,
             model=model_record(self.engine),
-            title=title or _title(text, question),
-            question=question,
-            answer=answer,
-            receipt=receipt,
-            checker=checker,
-            elided=snap.elided,
+            title=title,
+            receipt=ref.receipt,
+            elided=ref.snap.elided,
             proof=LOCAL,
             schedule=schedule_of(self.engine),
-            vouched_by=vouched_by if answer is not None else None,
         )
-        if ready:
-            try:
-                self._store_answer_ready(entry, ready_snap, probe, fresh_sha, vouched_by)
-            except (LibraryError, EngineError, OSError) as exc:  # an optimisation: the solution itself is stored
-                log.warning(
-                    "entry #%d: its answer-ready state was not stored (%s); it is answered the slower way",
-                    entry.id,
-                    exc,
-                )
-        return DepositResult(entry, created, prefill_s)
+        return entry, ref.prefill_s
 
     def _store_answer_ready(
         self, entry: Entry, snap, probe: list[int], fresh_sha: str, vouched_by: str | None

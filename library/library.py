@@ -31,6 +31,7 @@ from .provenance import ProvenanceRecords, now
 from .records import GRAFTABLE, KINDS, LOCAL, NOT_KNOWLEDGE, UNPROVEN, Entry, ModelRecord
 from .retrieval import Retrieval
 from .schema import insert_prefix_keys, migrations
+from .sources import SourceRecords
 from .staging import BlobStaging, staged
 from .threads import ThreadRecords
 from .tokens import PREFIX_BLOCK, pack_tokens, prefix_keys, tokens_sha256
@@ -46,7 +47,7 @@ def _fts_query(text: str, any_term: bool) -> str | None:
     return (" OR " if any_term else " ").join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-class Library(ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval):
+class Library(ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval, SourceRecords):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -99,8 +100,20 @@ class Library(ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval):
             return Entry.from_row(row)
         return None
 
-    def add_entry(
+    def add_entry(self, **entry) -> tuple[Entry, bool]:
+        """Store a blob and its entry; return (entry, created). The same deposit twice is one entry.
+        The keywords are `stage_entry`'s."""
+        with staged(self) as staging:
+            existing, pending = self.stage_entry(staging, **entry)
+            if existing is not None:
+                return existing, False
+            same, stored, row, model = pending
+            entry_id = self._commit_entry(same, staging, stored, row, model)
+        return self.get(entry_id), same is None
+
+    def stage_entry(
         self,
+        staging: BlobStaging,
         *,
         kind: str,
         text: str,
@@ -120,8 +133,9 @@ class Library(ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval):
         proof: str = LOCAL,
         schedule: dict | None = None,
         vouched_by: str | None = None,
-    ) -> tuple[Entry, bool]:
-        """Store a blob and its entry; return (entry, created). The same deposit twice is one entry.
+    ) -> tuple[Entry | None, tuple | None]:
+        """Steps 1-2 of a deposit (library/staging.py): (the intact entry already stored, None), or
+        (None, what `_write_entry_row` commits: (twin to repair, stored blob, row, model)).
 
         `blob` is the canonical bytes (its SHA-256 is the address); `elided` lists the byte ranges
         of it that are zero and need not be stored (library/container.py)."""
@@ -132,78 +146,73 @@ class Library(ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval):
         tsha = tokens_sha256(tokens)
         same = self.find_same(tsha, fingerprint, kind, question, answer)
         if same is not None and same.damaged is None and (same.proven or proof == UNPROVEN):
-            return same, False
+            return same, None
         view = memoryview(blob).cast("B")
         sha = hashlib.sha256(view).hexdigest()
         if blob_sha256 is not None and blob_sha256 != sha:
             raise BlobCorrupt(f"blob bytes hash to {sha}, not the declared {blob_sha256}")
-        with staged(self) as staging:
-            stored = staging.put(view, sha, elide=elided)
-            entry_id = self._commit_entry(
-                same,
-                staging,
-                stored,
-                dict(
-                    kind=kind,
-                    title=title,
-                    question=question,
-                    question_key=question_key(question) if question else None,
-                    text=text,
-                    tokens=pack_tokens(tokens),
-                    n_tokens=len(tokens),
-                    tokens_sha256=tsha,
-                    answer=answer,
-                    blob_sha256=sha,
-                    blob_size=len(view),
-                    fingerprint=fingerprint,
-                    model_sha256=model.sha256 if model else None,
-                    source=source,
-                    pack_id=pack_id,
-                    receipt=json.dumps(receipt, sort_keys=True) if receipt else None,
-                    checker=checker,
-                    proof=proof,
-                    schedule=json.dumps(schedule, sort_keys=True) if schedule else None,
-                    vouched_by=vouched_by,
-                ),
-                model,
-            )
-        return self.get(entry_id), same is None
+        stored = staging.put(view, sha, elide=elided)
+        row = dict(
+            kind=kind,
+            title=title,
+            question=question,
+            question_key=question_key(question) if question else None,
+            text=text,
+            tokens=pack_tokens(tokens),
+            n_tokens=len(tokens),
+            tokens_sha256=tsha,
+            answer=answer,
+            blob_sha256=sha,
+            blob_size=len(view),
+            fingerprint=fingerprint,
+            model_sha256=model.sha256 if model else None,
+            source=source,
+            pack_id=pack_id,
+            receipt=json.dumps(receipt, sort_keys=True) if receipt else None,
+            checker=checker,
+            proof=proof,
+            schedule=json.dumps(schedule, sort_keys=True) if schedule else None,
+            vouched_by=vouched_by,
+        )
+        return None, (same, stored, row, model)
 
     def _commit_entry(
         self, same: Entry | None, staging: BlobStaging, stored: StoredBlob, row: dict, model: ModelRecord | None
     ) -> int:
-        sha, size = stored.sha256, stored.size
         with staging.commit():
             if model is not None:
                 self._insert_model(model)
-            again = self.find_same(
-                row["tokens_sha256"], row["fingerprint"], row["kind"], row["question"], row["answer"]
+            return self._write_entry_row(same, stored, row)
+
+    def _write_entry_row(self, same: Entry | None, stored: StoredBlob, row: dict) -> int:
+        """The entry row for `row` (inside a write transaction, after its blob's row): the one another
+        process committed meanwhile, a damaged or unproven twin repaired, or a new row."""
+        sha, size = stored.sha256, stored.size
+        again = self.find_same(row["tokens_sha256"], row["fingerprint"], row["kind"], row["question"], row["answer"])
+        if again is not None and again.damaged is None and (again.proven or row["proof"] == UNPROVEN):
+            return again.id  # another process committed it meanwhile
+        if same is not None:  # a damaged or unproven twin: point it at the state just made, then it is whole
+            self._db.execute(
+                "UPDATE entries SET blob_sha256 = ?, blob_size = ?, receipt = ?, damaged = NULL, proof = ?, "
+                "schedule = ? WHERE id = ?",
+                [sha, size, row["receipt"], row["proof"], row["schedule"], same.id],
             )
-            if again is not None and again.damaged is None and (again.proven or row["proof"] == UNPROVEN):
-                entry_id = again.id  # another process committed it meanwhile
-            elif same is not None:  # a damaged or unproven twin: point it at the state just made, then it is whole
-                self._db.execute(
-                    "UPDATE entries SET blob_sha256 = ?, blob_size = ?, receipt = ?, damaged = NULL, proof = ?, "
-                    "schedule = ? WHERE id = ?",
-                    [sha, size, row["receipt"], row["proof"], row["schedule"], same.id],
-                )
-                self._db.execute("UPDATE entries SET damaged = NULL WHERE blob_sha256 = ?", [sha])
-                entry_id = same.id
-            else:
-                t = now()
-                entry_id = (
-                    self._db["entries"]
-                    .insert(
-                        {
-                            **row,
-                            "created_at": t,
-                            "verified_at": t if row["answer"] is not None and row["vouched_by"] else None,
-                            "damaged": None,
-                        }
-                    )
-                    .last_pk
-                )
-                insert_prefix_keys(self._db, entry_id, row["tokens"], row["n_tokens"])
+            self._db.execute("UPDATE entries SET damaged = NULL WHERE blob_sha256 = ?", [sha])
+            return same.id
+        t = now()
+        entry_id = (
+            self._db["entries"]
+            .insert(
+                {
+                    **row,
+                    "created_at": t,
+                    "verified_at": t if row["answer"] is not None and row["vouched_by"] else None,
+                    "damaged": None,
+                }
+            )
+            .last_pk
+        )
+        insert_prefix_keys(self._db, entry_id, row["tokens"], row["n_tokens"])
         return entry_id
 
     def replace_blob(self, old: str, data, new: str, elide=None) -> StoredBlob:
@@ -289,6 +298,7 @@ class Library(ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval):
                     )
                 ]
             for i in ids:
+                self._forget_sections(i)
                 self._db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [i])
                 self._db.execute("DELETE FROM entries WHERE id = ?", [i])
         return entry  # the blob stays until `gc` finds it unreferenced

@@ -195,6 +195,34 @@ def m009_threads(db: Database) -> None:
     db["turns"].create_index(["entry_id"])
 
 
+@migrations()
+def m010_sources(db: Database) -> None:
+    """Files deposited as documents (app/documents.py). A source is a file's resolved path under one
+    engine fingerprint, the SHA-256 of the bytes it was read from, and its title; its sections are
+    entries (`source_sections`: section n of the file is entry_id, under that heading). A file that
+    fits the context is one section holding its text verbatim. Re-depositing an unchanged file is a
+    no-op; a changed file's sections are replaced in one transaction."""
+    db["sources"].create(
+        {
+            "id": int,
+            "path": str,
+            "fingerprint": str,
+            "file_sha256": str,
+            "title": str,
+            "n_sections": int,
+            "deposited_at": str,
+        },
+        pk="id",
+    )
+    db["sources"].create_index(["path", "fingerprint"], unique=True)
+    db["source_sections"].create(
+        {"source_id": int, "n": int, "entry_id": int, "heading": str},
+        pk=("source_id", "n"),
+        foreign_keys=[("source_id", "sources", "id")],
+    )
+    db["source_sections"].create_index(["entry_id"])
+
+
 def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens: int) -> None:
     tokens = unpack_tokens(tokens_blob)
     keys = prefix_keys(tokens, entry_key_lengths(n_tokens))
@@ -214,4 +242,5 @@ MIGRATIONS = [
     "m007_proof",
     "m008_drop_receipts_table",
     "m009_threads",
+    "m010_sources",
 ]

@@ -8,6 +8,16 @@ from the documents already stored. Runs in the background across sessions:
     .venv/bin/python scripts/widen.py --home ~/.cache/kvgraft-widen --baseline   # 100-entry library
     .venv/bin/python scripts/widen.py --home ~/.cache/kvgraft-widen --summary    # table + extrapolation
 
+With --qa the library is filled instead with invented documents, each holding one fact about made-up
+names (scripts/library_qa.py's generator, one seeded draw per document, so a rerun continues), and at
+each of --qa-at library sizes (and at the end) it asks the question of --ask random stored documents
+and --ask/3 questions about absent names, through `kvgraft ask`'s own path (retrieval, graft, answer).
+One JSON line per checkpoint (`"event": "qa"`: hit rate, accuracy, false retrievals, ms per answer,
+tokens, multiple of n_ctx); --summary prints them as a table by library size:
+
+    nohup .venv/bin/python scripts/widen.py --qa --home ~/.cache/kvgraft-widen-qa --target-tokens 819200 &
+    .venv/bin/python scripts/widen.py --qa --home ~/.cache/kvgraft-widen-qa --summary
+
 Each measurement (every --measure-every documents, and at the end) records the blob disk used
 (bytes of the files, and blocks allocated), bytes per stored token (on disk and uncompacted), and
 the lookup + graft latency of random entries: look the entry up by its tokens followed by a probe
@@ -43,6 +53,8 @@ from kvgraft.app.runtime import Settings, open_engine  # noqa: E402
 from kvgraft.app.textgen import synthetic_text  # noqa: E402
 from kvgraft.engine.compare import logits_sha256  # noqa: E402
 from kvgraft.library.library import Library  # noqa: E402
+from scripts.library_qa import BUDGET as QA_BUDGET  # noqa: E402
+from scripts.library_qa import absent_question, make_doc  # noqa: E402
 
 MIN_DOC, MAX_DOC = 6000, 8000
 N_CTX = 8192
@@ -271,6 +283,109 @@ def summary(home: Path) -> None:
         )
 
 
+# -- questions over the wide library (--qa) ------------------------------------------------------
+def qa_doc(seed: int, i: int) -> dict:
+    """Invented document i of the QA fill: its own seeded draw, so any prefix of the run is reproducible."""
+    return make_doc(random.Random(f"widen-qa:{seed}:{i}"), i)
+
+
+def qa_ask(service: LibraryService, stored: list[dict], n_ask: int, seed: int) -> dict:
+    """Ask the questions of `n_ask` random stored documents, and n_ask/3 about absent names."""
+    from kvgraft.app.ask import ask
+
+    rng = random.Random(seed)
+    picks = rng.sample(stored, min(n_ask, len(stored)))
+    rows = []
+    for d in picks:
+        r = ask(service, d["question"], budget=QA_BUDGET)
+        rows.append(
+            {
+                "doc": d["doc"],
+                "hit": r.source == "retrieved" and r.entry_id == d["entry_id"],
+                "ok": d["key"].lower() in r.answer.lower(),
+                "ms": r.wall_ms,
+                "ttft_ms": r.ttft_ms,
+                "coverage": r.coverage,
+                "answer": r.answer,
+            }
+        )
+    absent = [ask(service, absent_question(rng), budget=QA_BUDGET) for _ in range(max(1, n_ask // 3))]
+    st = service.library.stats(n_ctx=service.engine.config.n_ctx)
+    n = len(rows)
+    return {
+        "documents": len(stored),
+        "tokens": st["tokens"],
+        "context_multiple": round(st["context_multiple"], 2),
+        "questions": n,
+        "hit_rate": sum(r["hit"] for r in rows) / n,
+        "accuracy": sum(r["ok"] for r in rows) / n,
+        "false_retrievals": sum(a.source == "retrieved" for a in absent),
+        "absent_questions": len(absent),
+        "median_ms": statistics.median(r["ms"] for r in rows),
+        "median_ttft_ms": statistics.median(r["ttft_ms"] for r in rows if r["ttft_ms"] is not None),
+        "rows": rows,
+    }
+
+
+def qa_fill(args, service: LibraryService, home: Path, log) -> None:
+    lib = service.library
+    book = home / "qa_docs.jsonl"  # one line per stored document: its question, key and entry id
+    stored = [json.loads(x) for x in book.read_text().splitlines() if x.strip()] if book.exists() else []
+    asked = {r["documents"] for r in _events(home, "qa")}
+    checkpoints = sorted(set(args.qa_at))
+    with open(book, "a") as out:
+        i = len(stored)
+        while lib.stats()["tokens"] < args.target_tokens:
+            d = qa_doc(args.seed, i)
+            res = service.deposit(d["text"], kind="document", title=d["title"])
+            rec = {"doc": i, "entry_id": res.entry.id, "question": d["question"], "key": d["key"]}
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            stored.append(rec)
+            log({"event": "deposit", "doc": i, "tokens": res.entry.n_tokens, "prefill_s": round(res.prefill_s, 2)})
+            i += 1
+            if len(stored) in checkpoints and len(stored) not in asked:
+                log({"event": "qa", **qa_ask(service, stored, args.ask, seed=len(stored))})
+    if len(stored) not in asked:
+        log({"event": "qa", "final": True, **qa_ask(service, stored, args.ask, seed=len(stored))})
+
+
+def _events(home: Path, kind: str) -> list[dict]:
+    f = home / "widen.jsonl"
+    rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()] if f.exists() else []
+    return [r for r in rows if r.get("event") == kind]
+
+
+def qa_summary(home: Path) -> None:
+    rows = _events(home, "qa")
+    if not rows:
+        raise SystemExit(f"no question checkpoints in {home / 'widen.jsonl'}: run with --qa first")
+    print(
+        "| documents | tokens | x n_ctx | questions | right document first | accuracy | false retrievals "
+        "| median ms per answer | median ms to first token |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        print(
+            f"| {r['documents']:,} | {r['tokens']:,} | {r['context_multiple']} | {r['questions']} | "
+            f"{r['hit_rate']:.0%} | {r['accuracy']:.0%} | {r['false_retrievals']}/{r['absent_questions']} | "
+            f"{r['median_ms']:.0f} | {r['median_ttft_ms']:.0f} |"
+        )
+    small, wide = rows[0], rows[-1]
+    if wide is not small:
+        print(
+            f"\nFrom {small['context_multiple']}x to {wide['context_multiple']}x the context: accuracy "
+            f"{small['accuracy']:.0%} -> {wide['accuracy']:.0%} "
+            f"({(wide['accuracy'] - small['accuracy']) * 100:+.0f} points), time per answer "
+            f"{wide['median_ms'] / small['median_ms']:.2f}x."
+        )
+    deposits = _events(home, "deposit")
+    if deposits:
+        tok = sum(d["tokens"] for d in deposits)
+        pre = sum(d["prefill_s"] for d in deposits)
+        print(f"Deposited in this log: {len(deposits)} documents, {tok:,} tokens, prefill {pre / 60:.1f} min.")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--home", type=Path, default=Path.home() / ".cache" / "kvgraft-widen")
@@ -279,10 +394,16 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=20, help="random grafts per measurement")
     ap.add_argument("--baseline", action="store_true", help="build and measure the 100-entry library")
     ap.add_argument("--summary", action="store_true", help="print the table and the extrapolation")
+    ap.add_argument("--qa", action="store_true", help="fill with invented documents and ask questions of them")
+    ap.add_argument("--seed", type=int, default=7, help="--qa: the documents' seed")
+    ap.add_argument("--ask", type=int, default=60, help="--qa: questions per checkpoint")
+    ap.add_argument(
+        "--qa-at", type=int, nargs="+", default=[30, 100, 200, 300], help="--qa: library sizes (documents) to ask at"
+    )
     args = ap.parse_args()
     home = args.home.expanduser()
     if args.summary:
-        summary(home)
+        qa_summary(home) if args.qa else summary(home)
         return
     home.mkdir(parents=True, exist_ok=True)
     os.environ["KVGRAFT_HOME"] = str(home / "wide")  # packs' trust store etc. live in the wide library
@@ -292,18 +413,21 @@ def main() -> None:
         obj = {"at": time.strftime("%Y-%m-%dT%H:%M:%S"), **obj}
         logf.write(json.dumps(obj) + "\n")
         logf.flush()
-        brief = {k: v for k, v in obj.items() if k not in ("latency", "warm", "cold")}
+        brief = {k: v for k, v in obj.items() if k not in ("latency", "warm", "cold", "rows")}
         print(json.dumps(brief), flush=True)
 
     engine = open_engine(Settings(n_ctx=N_CTX))
     lib = Library(home / "wide")
     service = LibraryService(engine, lib)
     try:
-        if args.baseline:
+        if args.qa:
+            qa_fill(args, service, home, log)
+        elif args.baseline:
             baseline(args, service, home, log)
         else:
             fill(args, service, log)
     finally:
+        service.close()
         lib.close()
         engine.close()
 

@@ -97,10 +97,25 @@ def test_drop_other_files(qtbot, window, tmp_path):
     fake.write_bytes(b"NOPE" * 10)
     drop(window, [fake])
     assert "not a GGUF file" in wait_message(qtbot, window, "Not a model")
-    txt = tmp_path / "notes.txt"
-    txt.write_text("hi")
-    drop(window, [txt])
-    assert "notes.txt" in wait_message(qtbot, window, "Not imported")
+    doc = tmp_path / "notes.docx"
+    doc.write_bytes(b"PK\x03\x04")
+    drop(window, [doc])
+    assert "notes.docx" in wait_message(qtbot, window, "Not imported")
+
+
+def test_drop_documents_deposits_them_with_a_summary(qtbot, window, tmp_path):
+    md, bad = tmp_path / "harbor.md", tmp_path / "broken.txt"
+    md.write_text("# Harbor notes\n\n" + synthetic_text(120, seed=5) + "\n")
+    bad.write_bytes(b"\xff\xfe not text")
+    drop(window, [md, bad])
+    summary = wait_message(qtbot, window, "Import")
+    assert "imported: 1 entries" in summary and "document harbor.md (Harbor notes): 1 section" in summary
+    assert "refused broken.txt" in summary and "not UTF-8 text" in summary
+    assert window.entries.rowCount() == 1
+    window.messages.clear()
+    drop(window, [md])  # the same file again: nothing computed
+    assert "document harbor.md (Harbor notes): unchanged" in wait_message(qtbot, window, "Import")
+    assert window.entries.rowCount() == 1
 
 
 def test_drop_real_gguf_offers_switch(qtbot, window, model_path, monkeypatch):

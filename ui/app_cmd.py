@@ -13,7 +13,8 @@ import click
 @click.command(name="app")
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False))
 def app_cmd(files) -> None:
-    """Open the kvgraft desktop window; FILES (.kvpack, .jsonl, .gguf) are opened as if dropped on it."""
+    """Open the kvgraft desktop window; FILES (.kvpack, .jsonl, .txt, .md, .pdf, .gguf) are opened as if dropped
+    on it."""
     from .main_window import run
 
     sys.exit(run(sys.argv[:1] + list(files)))

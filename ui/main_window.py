@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 import kvgraft
+from kvgraft.app.documents import DOCUMENT_SUFFIXES
 from kvgraft.app.gguf_check import NotAModel, inspect_gguf
 from kvgraft.app.library_view import LibraryView
 from kvgraft.app.runtime import Settings
@@ -42,7 +43,8 @@ from .settings_dialog import SettingsDialog, load_settings, save_settings
 from .worker import EngineWorker, WorkerClient
 
 ICON = Path(kvgraft.__file__).resolve().parent / "kvgraft.svg"  # package data of kvgraft (packaging/kvgraft)
-DROPPABLE = (".kvpack", ".jsonl", ".gguf")
+IMPORTABLE = (".kvpack", ".jsonl") + DOCUMENT_SUFFIXES  # packs, problem files, documents (app/import_files.py)
+DROPPABLE = IMPORTABLE + (".gguf",)
 
 
 class MainWindow(QMainWindow):
@@ -262,6 +264,9 @@ class MainWindow(QMainWindow):
 
     def _on_imported(self, s: dict) -> None:
         lines = [f"imported: {s['imported']} entries", f"skipped as duplicates: {s['skipped']}"]
+        for d in s.get("documents", []):
+            what = "unchanged" if d["unchanged"] else f"{d['sections']} section" + ("s" if d["sections"] != 1 else "")
+            lines.append(f"document {Path(d['file']).name} ({d['title']}): {what}")
         if s.get("replayed"):
             lines.append(f"proved by replay here: {s['replayed']} entries ({s['replay_s']:.1f} s)")
         if s.get("unproven"):
@@ -339,7 +344,9 @@ class MainWindow(QMainWindow):
             self.client.request_remove.emit(ids)
 
     def _choose_import(self) -> None:
-        paths, _ = QFileDialog.getOpenFileNames(self, "Import", "", "Packs and problem files (*.kvpack *.jsonl)")
+        paths, _ = QFileDialog.getOpenFileNames(
+            self, "Import", "", "Packs, problem files and documents (*.kvpack *.jsonl *.txt *.md *.markdown *.pdf)"
+        )
         if paths:
             self.open_files(paths)
 
@@ -371,13 +378,13 @@ class MainWindow(QMainWindow):
         self.open_files(paths)
 
     def open_files(self, paths: list[str]) -> None:
-        packs = [p for p in paths if Path(p).suffix.lower() in (".kvpack", ".jsonl")]
+        packs = [p for p in paths if Path(p).suffix.lower() in IMPORTABLE]
         models = [p for p in paths if Path(p).suffix.lower() == ".gguf"]
         others = [p for p in paths if p not in packs and p not in models]
         if others:
             self.notify(
                 "Not imported",
-                "kvgraft takes .kvpack packs, .jsonl problem files and .gguf models:\n"
+                "kvgraft takes .kvpack packs, .jsonl problem files, .txt/.md/.pdf documents and .gguf models:\n"
                 + "\n".join(Path(p).name for p in others),
                 error=True,
             )

@@ -1,0 +1,269 @@
+"""Documents in, from anywhere: `kvgraft deposit FILE...` and a file dropped on the window.
+
+A file's identity is its resolved path (under one engine fingerprint, library/sources.py):
+- a file that fits the context (leaving ASK_ROOM tokens for a question and its answer) is stored
+  verbatim, one entry whose tokens are the file's, so `kvgraft ask --context FILE` grafts it;
+- a longer one is split into sections at paragraph boundaries (a paragraph longer than a section at
+  sentence ends, then words), each an entry that starts with the document's title and its section
+  line ("Section 3 of 12: <markdown heading>"), so an answer can name "doc.md, section 3 of 12";
+- re-depositing an unchanged file (the same bytes) computes nothing; a changed file's sections are
+  replaced in one transaction, and a section whose text is already stored is not computed again.
+.txt and .md are read as UTF-8; .pdf through pypdf (its text layer: a scanned PDF has none).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvgraft.library.errors import LibraryError
+
+from .library_service import LibraryService
+from .progress import Progress, no_progress
+
+TEXT_SUFFIXES = (".txt", ".md", ".markdown")
+DOCUMENT_SUFFIXES = TEXT_SUFFIXES + (".pdf",)
+ASK_ROOM = 256  # tokens left after a stored document for the question suffix and the answer
+SECTION_TOKENS = 2048  # a long file's sections hold at most this many tokens (and at most n_ctx - ASK_ROOM)
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+class DocumentError(LibraryError):
+    """A file that cannot be deposited as a document (not text, empty, unreadable PDF, wrong type)."""
+
+
+@dataclass
+class FileDeposit:
+    """What one file gave: its sections' entries, in order."""
+
+    file: str
+    title: str
+    entries: list = field(default_factory=list)
+    created: list = field(default_factory=list)  # per entry: its state was computed by this deposit
+    unchanged: bool = False  # the same bytes were deposited before: nothing was computed
+    removed: list = field(default_factory=list)  # entry ids of the old sections that went
+    prefill_s: float = 0.0
+
+    @property
+    def sectioned(self) -> bool:
+        return len(self.entries) > 1
+
+    def entry_dict(self, k: int) -> dict:
+        e = self.entries[k]
+        return {
+            "id": e.id,
+            "created": self.created[k],
+            "blob_sha256": e.blob_sha256,
+            "blob_size": e.blob_size,
+            "tokens": e.n_tokens,
+            "kind": e.kind,
+            "title": e.title,
+        }
+
+    def as_dict(self) -> dict:
+        """The first (for a file that fits the context: the only) entry's keys, as `kvgraft deposit
+        --json` printed them for one text, plus the file, its sections and what changed."""
+        out = self.entry_dict(0) | {"prefill_s": round(self.prefill_s, 3)}
+        out |= {
+            "file": self.file,
+            "title": self.title,
+            "unchanged": self.unchanged,
+            "sections": [self.entry_dict(k) for k in range(len(self.entries))],
+            "removed": self.removed,
+        }
+        return out
+
+
+def read_document(path: Path) -> str:
+    """The text of a .txt/.md (UTF-8) or .pdf file; DocumentError when there is none to read."""
+    suffix = path.suffix.lower()
+    if suffix not in DOCUMENT_SUFFIXES:
+        raise DocumentError(f"{path.name}: kvgraft deposits .txt, .md and .pdf files, not {suffix or 'this file'}")
+    if not path.is_file():
+        raise DocumentError(f"no such file: {path}")
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise DocumentError(f"{path.name}: {path.stat().st_size / 1e6:,.0f} MB is more than this deposit takes")
+    raw = path.read_bytes()
+    if suffix == ".pdf":
+        text = _pdf_text(path)
+    else:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DocumentError(f"{path.name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        if "\x00" in text:
+            raise DocumentError(f"{path.name}: not a text file (it holds NUL bytes)")
+    if not text.strip():
+        raise DocumentError(f"{path.name}: no text to deposit")
+    return text
+
+
+def _pdf_text(path: Path) -> str:
+    import pypdf
+    from pypdf.errors import PyPdfError
+
+    try:
+        reader = pypdf.PdfReader(str(path))
+        if reader.is_encrypted:
+            raise DocumentError(f"{path.name}: the PDF is encrypted")
+        pages = [(page.extract_text() or "").strip() for page in reader.pages]
+    except DocumentError:
+        raise
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError) as exc:  # pypdf's ways of saying "not a PDF"
+        raise DocumentError(f"{path.name}: not a readable PDF ({exc or type(exc).__name__})") from None
+    text = "\n\n".join(p for p in pages if p)
+    if not text.strip():
+        raise DocumentError(f"{path.name}: the PDF has no text layer (scanned pages are images)")
+    return text
+
+
+def title_of(path: Path, text: str) -> str:
+    """A markdown file's first heading, else the first non-empty line (80 characters), else the name."""
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    if path.suffix.lower() in (".md", ".markdown"):
+        for line in lines:
+            m = _HEADING.match(line)
+            if m:
+                return m.group(1)[:80]
+    if lines:
+        return lines[0][:80] + ("..." if len(lines[0]) > 80 else "")
+    return path.name
+
+
+def _units(model, body: str, budget: int) -> list[tuple[str | None, str, int, bool]]:
+    """(heading in effect, piece, tokens, continues the previous piece's paragraph) for each
+    paragraph, and for the pieces of a paragraph longer than `budget`."""
+    out: list[tuple[str | None, str, int, bool]] = []
+    heading = None
+    for para in (p.strip() for p in re.split(r"\n\s*\n", body)):
+        if not para:
+            continue
+        first = _HEADING.match(para.splitlines()[0])
+        if first:
+            heading = first.group(1)
+        n = len(model.tokenize(para, add_bos=False))
+        if n <= budget:
+            out.append((heading, para, n, False))
+        else:
+            cont = False
+            for piece in _pieces(model, para, budget):
+                out.append((heading, piece, len(model.tokenize(piece, add_bos=False)), cont))
+                cont = True
+        for line in para.splitlines()[1:]:  # a heading inside a paragraph holds for what follows it
+            m = _HEADING.match(line)
+            if m:
+                heading = m.group(1)
+    return out
+
+
+def _pieces(model, para: str, budget: int) -> list[str]:
+    """A paragraph longer than `budget` tokens, cut at sentence ends (or between words) into pieces that fit."""
+    pieces, cur = [], ""
+    for sentence in _SENTENCE_END.split(para):
+        words = [sentence]
+        if len(model.tokenize(sentence, add_bos=False)) > budget:  # one huge sentence: cut between words
+            words = sentence.split()
+        for w in words:
+            trial = f"{cur} {w}" if cur else w
+            if cur and len(model.tokenize(trial, add_bos=False)) > budget:
+                pieces.append(cur)
+                cur = w
+            else:
+                cur = trial
+    if cur:
+        pieces.append(cur)
+    return pieces
+
+
+def split_sections(model, title: str, body: str, max_tokens: int) -> list[tuple[str | None, str]]:
+    """(heading, text) of each section of a document too long for one entry: paragraphs packed in
+    order into sections of at most `max_tokens` tokens (BOS included), each starting with the title
+    and its section line."""
+    budget = max_tokens
+    for _attempt in range(6):
+        header = len(model.tokenize(f"{title}\nSection 9999 of 9999: \n\n")) + 8
+        units = _units(model, body, max(32, budget - header - 64))
+        groups: list[list[tuple[str | None, str, int, bool]]] = []
+        used = 0
+        for u in units:
+            h_cost = len(model.tokenize(u[0], add_bos=False)) if u[0] else 0
+            if groups and used + u[2] + 2 + h_cost + header <= budget:
+                groups[-1].append(u)
+                used += u[2] + 2
+            else:
+                groups.append([u])
+                used = u[2] + 2 + h_cost
+        n = len(groups)
+        sections = []
+        for k, g in enumerate(groups, start=1):
+            heading = g[0][0]
+            body_k = g[0][1]
+            for _h, piece, _n, cont in g[1:]:
+                body_k += (" " if cont else "\n\n") + piece
+            line = f"Section {k} of {n}" + (f": {heading}" if heading else "")
+            sections.append((heading, f"{title}\n{line}\n\n{body_k}"))
+        if all(len(model.tokenize(t)) <= max_tokens for _h, t in sections):
+            return sections
+        budget = int(budget * 0.9)  # the estimate was short (tokens merge across joins): pack tighter
+    raise DocumentError(f"{title}: could not split it into sections of at most {max_tokens:,} tokens")
+
+
+def deposit_file(
+    service: LibraryService,
+    path: Path | str,
+    *,
+    title: str | None = None,
+    section_tokens: int = SECTION_TOKENS,
+    progress: Progress = no_progress,
+) -> FileDeposit:
+    """Deposit one .txt/.md/.pdf file as a document: verbatim if it fits, else in sections.
+    `progress(stage, done, total)` hears of each section's prefill; raising Cancelled from it
+    stops the deposit with nothing changed."""
+    engine, lib = service.engine, service.library
+    p = Path(path).expanduser().resolve()
+    text = read_document(p)
+    file_sha = hashlib.sha256(p.read_bytes()).hexdigest()
+    same = lib.unchanged_source(str(p), engine.fingerprint, file_sha)
+    src = lib.source(str(p), engine.fingerprint) if same is not None else None
+    if same is not None and (title is None or title == src.title):
+        return FileDeposit(str(p), src.title, same, [False] * len(same), unchanged=True)
+    doc_title = title or title_of(p, text)
+    fit = engine.config.n_ctx - ASK_ROOM
+    if fit < 64:
+        raise DocumentError(f"a context of {engine.config.n_ctx:,} tokens leaves no room for a document")
+    tokens = engine.model.tokenize(text)
+    if len(tokens) <= fit:
+        sections = [(None, text, tokens)]
+    else:
+        progress(f"{p.name}: splitting", 0, 1)
+        sections = [
+            (h, t, engine.model.tokenize(t))
+            for h, t in split_sections(engine.model, doc_title, text, min(fit, section_tokens))
+        ]
+    n = len(sections)
+    out = FileDeposit(str(p), doc_title)
+    with lib.source_update(str(p), engine.fingerprint) as update:
+        for k, (heading, stext, stoks) in enumerate(sections, start=1):
+            entry_title = (
+                doc_title if n == 1 else f"{doc_title}, section {k} of {n}" + (f": {heading}" if heading else "")
+            )
+            stored = update.stored(stoks)
+            if stored is not None:
+                update.add(heading, existing=stored)
+                out.created.append(False)
+            else:
+                stage = p.name if n == 1 else f"{p.name}: section {k}/{n}"
+                entry, prefill_s = service.document_state(
+                    stext, stoks, entry_title, on_progress=lambda d, t, s=stage: progress(s, d, t)
+                )
+                update.add(heading, **entry)
+                out.created.append(True)
+                out.prefill_s += prefill_s
+            progress(f"{p.name}: sections", k, n)
+        out.entries, out.removed = update.commit(file_sha, doc_title)
+    return out
