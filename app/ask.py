@@ -21,6 +21,7 @@ from typing import Callable
 
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.library.errors import BlobCorrupt, BlobMissing, BlobUnreadable
+from kvgraft.library.retrieval import same_numbers
 from kvgraft.library.tokens import tokens_sha256
 
 from .chat_format import ChatFormat
@@ -38,6 +39,13 @@ GRAFT_ANSWER_TOKENS = 24  # an answer copied from a graft is a few tokens and a 
 # content words, weighted by rarity (library/retrieval.py); below it the question is answered fresh and
 # says so. Tuned with scripts/library_qa.py on its tuning seed, never on the set the README reports.
 RETRIEVAL_MIN_COVERAGE = 0.8
+# A worked solution is grafted for a question asked in other words only when the question states the
+# very same numbers as the solution's stored question (library/retrieval.same_numbers: a sibling
+# problem of the same template has other numbers) and the solution holds at least this share of the
+# question's other content words (`Ranked.wording`: a paraphrase uses words of its own, so the
+# rarity weighting of RETRIEVAL_MIN_COVERAGE, which weighs an absent word the most, would refuse it).
+# Tuned with scripts/solution_qa.py on its tuning seed, never on the set the README reports.
+SOLUTION_MIN_WORDING = 0.6
 
 
 def _ranked_dict(r) -> dict:
@@ -46,6 +54,7 @@ def _ranked_dict(r) -> dict:
         "title": r.entry.title,
         "score": round(r.score, 3),
         "coverage": round(r.coverage, 3),
+        "wording": round(r.wording, 3),
     }
 
 
@@ -79,6 +88,8 @@ class AskResult:
     coverage: float | None = None  # the share of the question's content words it contains (IDF-weighted)
     runners_up: list = field(default_factory=list)  # the other ranked documents: entry_id, title, score
     section: dict | None = None  # retrieved/prefix from a deposited file: {file, section, sections, heading}
+    matched_question: str | None = None  # a retrieved solution: the stored question it was worked for
+    wording: float | None = None  # a retrieved solution: the share of the question's non-number words it holds
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -95,6 +106,11 @@ class AskResult:
             return f"fresh{below} - {self.tokens_prefilled:,} tokens prefilled - {self.tokens_decoded} decoded"
         if self.source == "graft":
             what = f"entry #{self.entry_id}"
+        elif self.source == "retrieved" and self.matched_question is not None:
+            what = (
+                f'solution #{self.entry_id}, worked for "{self.matched_question}" (retrieved: the same numbers, '
+                f"{self.wording:.0%} of the question's other words, score {self.score:.1f})"
+            )
         elif self.source == "retrieved":
             what = (
                 f'document #{self.entry_id} "{self.title}"{self._where()} (retrieved: covers {self.coverage:.0%} of '
@@ -103,7 +119,7 @@ class AskResult:
         else:
             what = f"stored prefix #{self.entry_id}{self._where()}"
         origin = f"proof {self.proof}"
-        if self.source == "graft":
+        if self.source == "graft" or self.matched_question is not None:
             origin += f", answer verified by {self.verified_by}" if self.verified else ", answer not verified"
         if self.exact is True:
             exact = "exact: logits equal the fresh run's in its receipt"
@@ -247,6 +263,45 @@ def ask(
                 **words,
             )
 
+    sol = _solution_for(lib, question, fp) if (use_library and retrieve and context is None) else None
+    if sol is not None:
+        e, sol_ranked = sol
+        suffix = model.tokenize(ask_suffix(question), add_bos=False)
+        if e.n_tokens + len(suffix) + GRAFT_ANSWER_TOKENS <= engine.config.n_ctx:
+            with service.session() as s:
+                g = service.graft(s, e)  # the worked solution at its own positions, exact
+                s.prefill(suffix)
+                gen = s.generate(GRAFT_ANSWER_TOKENS, stop=["\n"], on_token=on_token)
+            answer = gen.text.strip()
+            vouched = e.answer if e.verified else None
+            return AskResult(
+                question,
+                answer,
+                vouched,
+                get_checker(e.checker or "numeric")(answer, vouched) if vouched is not None else None,
+                "retrieved",
+                e.id,
+                g.n_tokens,
+                g.total_ms,
+                len(suffix),
+                len(gen.tokens),
+                None,
+                None,
+                (time.perf_counter() - t0) * 1e3,
+                gen.stop_reason,
+                proof=e.proof,
+                verified=e.verified,
+                verified_by=e.vouched_by if e.verified else None,
+                stored_answer=e.answer if not e.verified else None,
+                ttft_ms=_ttft(gen, t0),
+                title=e.title,
+                score=round(sol_ranked[0].score, 3),
+                coverage=round(sol_ranked[0].coverage, 3),
+                runners_up=[_ranked_dict(r) for r in sol_ranked[1:]],
+                matched_question=e.question,
+                wording=round(sol_ranked[0].wording, 3),
+            )
+
     fmt = ChatFormat.for_model(model)
     if context is not None:
         prompt = model.tokenize(context) + model.tokenize("\n" + ask_suffix(question), add_bos=False)
@@ -298,6 +353,16 @@ def ask(
         section=_section(lib, prefix.id) if source == "prefix" else None,
         **words,
     )
+
+
+def _solution_for(lib, question: str, fingerprint: str):
+    """(the worked solution to graft for `question`, the solutions ranked with it first), or None: the
+    best-ranked solution whose stored question states the same numbers, if it covers enough."""
+    ranked = lib.rank_solutions(question, fingerprint)
+    for k, r in enumerate(ranked):
+        if same_numbers(question, r.entry.question or "") and r.wording >= SOLUTION_MIN_WORDING:
+            return r.entry, [r] + ranked[:k] + ranked[k + 1 :]
+    return None
 
 
 def _receipt_calls(entry, continuation) -> list[int] | None:

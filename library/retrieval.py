@@ -10,6 +10,7 @@ about a name it does not hold leaves that name uncovered in every document.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from .records import GRAFTABLE, Entry
@@ -26,6 +27,7 @@ class Ranked:
     entry: Entry
     score: float  # -bm25 (title weighted 2): higher ranks first
     coverage: float  # 0..1: the IDF-weighted share of the question's content words the entry contains
+    wording: float = 0.0  # 0..1: the plain share of the question's content words other than numbers it contains
 
 
 def content_terms(question: str) -> list[str]:
@@ -35,6 +37,18 @@ def content_terms(question: str) -> list[str]:
         if w not in STOPWORDS and len(w) > 1:
             seen.setdefault(w, None)
     return list(seen)
+
+
+def numbers_in(text: str) -> list[str]:
+    """The numbers a text states, in order ("1,106" and "1106" are one number)."""
+    return [n.replace(",", "") for n in re.findall(r"\d[\d,]*(?:\.\d+)?", text or "")]
+
+
+def same_numbers(question: str, stored_question: str) -> bool:
+    """A worked solution answers one problem: a question is the stored one's only if it states the
+    very same numbers (as a multiset, in any order), and at least one."""
+    mine = numbers_in(question)
+    return bool(mine) and sorted(mine) == sorted(numbers_in(stored_question))
 
 
 def _quoted(term: str) -> str:
@@ -47,14 +61,21 @@ class Retrieval:
     def rank_documents(self, question: str, fingerprint: str, limit: int = 4) -> list[Ranked]:
         """Graftable documents and stored prefixes for `question`, best BM25 first, each with its
         coverage. Solutions are left out: they share one template, so a query finds a sibling
-        problem's worked solution."""
+        problem's worked solution (`rank_solutions` ranks them, for a stricter rule)."""
+        return self._rank(question, fingerprint, "('document', 'prefix')", limit)
+
+    def rank_solutions(self, question: str, fingerprint: str, limit: int = 4) -> list[Ranked]:
+        """Graftable worked solutions for `question`, best BM25 first, each with its coverage."""
+        return self._rank(question, fingerprint, "('solution')", limit)
+
+    def _rank(self, question: str, fingerprint: str, kinds: str, limit: int) -> list[Ranked]:
         terms = content_terms(question)
         if not terms:
             return []
         q = self._db.execute
         rows = q(
             "SELECT e.id, -bm25(entries_fts, 2.0, 1.0, 1.0) FROM entries_fts f JOIN entries e ON e.id = f.rowid "
-            f"WHERE entries_fts MATCH ? AND e.kind IN ('document', 'prefix') AND e.fingerprint = ? AND {GRAFTABLE} "
+            f"WHERE entries_fts MATCH ? AND e.kind IN {kinds} AND e.fingerprint = ? AND {GRAFTABLE} "
             "ORDER BY bm25(entries_fts, 2.0, 1.0, 1.0) LIMIT ?",
             [" OR ".join(_quoted(t) for t in terms), fingerprint, limit],
         ).fetchall()
@@ -75,5 +96,13 @@ class Retrieval:
                     "SELECT 1 FROM entries_fts WHERE rowid = ? AND entries_fts MATCH ?", [entry_id, _quoted(t)]
                 ).fetchone()
             ]
-            out.append(Ranked(self.get(entry_id), float(score), sum(idf[t] for t in have) / total if total else 0.0))
+            words = [t for t in terms if not t.isdigit()]
+            out.append(
+                Ranked(
+                    self.get(entry_id),
+                    float(score),
+                    sum(idf[t] for t in have) / total if total else 0.0,
+                    sum(not t.isdigit() for t in have) / len(words) if words else 0.0,
+                )
+            )
         return out

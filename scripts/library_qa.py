@@ -4,7 +4,8 @@
     .venv/bin/python scripts/library_qa.py [--docs 30] [--seed 1] [--home DIR] [--json]
 
 Builds N invented documents (a fact about made-up names inside 1,000 to 2,500 words of filler, so
-the model cannot know it), deposits them, and asks one question per document plus N/3 questions
+the model cannot know it), writes each to a .txt file and deposits the files as `kvgraft deposit
+FILE...` does (app/documents.py), and asks one question per document plus N/3 questions
 about names that are in no document. It reports: retrieval hit rate (the right document first and
 above the threshold), accuracy from the library (`kvgraft ask`), accuracy fresh (no library), the
 ceiling (the right document given with --context), false retrievals on the absent questions, the
@@ -28,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvgraft.app.ask import RETRIEVAL_MIN_COVERAGE, ask  # noqa: E402
+from kvgraft.app.documents import deposit_file  # noqa: E402
 from kvgraft.app.library_service import LibraryService, open_library  # noqa: E402
 from kvgraft.app.runtime import Settings, open_engine  # noqa: E402
 from kvgraft.app.textgen import synthetic_text  # noqa: E402
@@ -85,8 +87,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with open_library(home) as lib, LibraryService(engine, lib) as service:
             t0 = time.perf_counter()
+            files = home / "documents"
+            files.mkdir(parents=True, exist_ok=True)
             for k, d in enumerate(docs):
-                d["entry_id"] = service.deposit(d["text"], kind="document", title=d["title"]).entry.id
+                f = files / f"doc{k:03d}.txt"
+                f.write_text(d["text"], encoding="utf-8")
+                fd = deposit_file(service, f)
+                d["entry_id"] = fd.entries[0].id
+                d["title"] = fd.title
                 print(f"deposit {k + 1}/{len(docs)}", file=sys.stderr, flush=True)
             deposit_s = time.perf_counter() - t0
             for k, d in enumerate(docs):

@@ -16,7 +16,12 @@ One JSON line per checkpoint (`"event": "qa"`: hit rate, accuracy, false retriev
 tokens, multiple of n_ctx); --summary prints them as a table by library size:
 
     nohup .venv/bin/python scripts/widen.py --qa --home ~/.cache/kvgraft-widen-qa --target-tokens 819200 &
+    .venv/bin/python scripts/widen.py --qa --compare --home ~/.cache/kvgraft-widen-qa   # side by side
     .venv/bin/python scripts/widen.py --qa --home ~/.cache/kvgraft-widen-qa --summary
+
+--qa --compare deposits the first --compare-docs documents again into a small library of their own
+(<home>/small-qa) and asks their questions of it and of the wide library, alternating which goes
+first, so the accuracy and time per answer of the two are measured side by side in one run.
 
 Each measurement (every --measure-every documents, and at the end) records the blob disk used
 (bytes of the files, and blocks allocated), bytes per stored token (on disk and uncompacted), and
@@ -350,6 +355,54 @@ def qa_fill(args, service: LibraryService, home: Path, log) -> None:
         log({"event": "qa", "final": True, **qa_ask(service, stored, args.ask, seed=len(stored))})
 
 
+def qa_compare(args, service: LibraryService, home: Path, log) -> None:
+    """The first documents' questions, asked of a library of just those documents and of the wide one."""
+    from kvgraft.app.ask import ask
+
+    book = home / "qa_docs.jsonl"
+    stored = [json.loads(x) for x in book.read_text().splitlines() if x.strip()] if book.exists() else []
+    first = stored[: args.compare_docs]
+    if len(first) < args.compare_docs:
+        raise SystemExit(f"the wide library holds {len(stored)} question documents: run the --qa fill first")
+    small = Library(home / "small-qa")
+    small_service = LibraryService(service.engine, small)
+    try:
+        ids = {}
+        for d in first:
+            doc = qa_doc(args.seed, d["doc"])
+            ids[d["doc"]] = small_service.deposit(doc["text"], kind="document", title=doc["title"]).entry.id
+        sides = {"small": [], "wide": []}
+        for k, d in enumerate(first):
+            order = [("small", small_service), ("wide", service)]
+            for side, svc in order if k % 2 == 0 else order[::-1]:  # which goes first alternates
+                r = ask(svc, d["question"], budget=QA_BUDGET)
+                want = ids[d["doc"]] if side == "small" else d["entry_id"]
+                sides[side].append(
+                    {
+                        "hit": r.source == "retrieved" and r.entry_id == want,
+                        "ok": d["key"].lower() in r.answer.lower(),
+                        "ms": r.wall_ms,
+                    }
+                )
+        out = {"event": "qa_compare", "questions": len(first)}
+        for side, rows in sides.items():
+            lib = small if side == "small" else service.library
+            st = lib.stats(n_ctx=service.engine.config.n_ctx)
+            out[side] = {
+                "documents": len(first) if side == "small" else len(stored),
+                "tokens": st["tokens"],
+                "context_multiple": round(st["context_multiple"], 2),
+                "hit_rate": sum(r["hit"] for r in rows) / len(rows),
+                "accuracy": sum(r["ok"] for r in rows) / len(rows),
+                "median_ms": statistics.median(r["ms"] for r in rows),
+            }
+        out["time_ratio"] = out["wide"]["median_ms"] / out["small"]["median_ms"]
+        log(out)
+    finally:
+        small_service.close()
+        small.close()
+
+
 def _events(home: Path, kind: str) -> list[dict]:
     f = home / "widen.jsonl"
     rows = [json.loads(x) for x in f.read_text().splitlines() if x.strip()] if f.exists() else []
@@ -379,6 +432,15 @@ def qa_summary(home: Path) -> None:
             f"({(wide['accuracy'] - small['accuracy']) * 100:+.0f} points), time per answer "
             f"{wide['median_ms'] / small['median_ms']:.2f}x."
         )
+    for c in _events(home, "qa_compare"):
+        s_, w_ = c["small"], c["wide"]
+        print(
+            f"\nSide by side, the same {c['questions']} questions (of the first documents): a library of those "
+            f"{s_['documents']} documents ({s_['context_multiple']}x n_ctx) right document first {s_['hit_rate']:.0%}, "
+            f"accuracy {s_['accuracy']:.0%}, median {s_['median_ms']:.0f} ms per answer; the wide library of "
+            f"{w_['documents']:,} ({w_['context_multiple']}x) {w_['hit_rate']:.0%}, {w_['accuracy']:.0%}, "
+            f"{w_['median_ms']:.0f} ms: {c['time_ratio']:.2f}x the time."
+        )
     deposits = _events(home, "deposit")
     if deposits:
         tok = sum(d["tokens"] for d in deposits)
@@ -397,6 +459,8 @@ def main() -> None:
     ap.add_argument("--qa", action="store_true", help="fill with invented documents and ask questions of them")
     ap.add_argument("--seed", type=int, default=7, help="--qa: the documents' seed")
     ap.add_argument("--ask", type=int, default=60, help="--qa: questions per checkpoint")
+    ap.add_argument("--compare", action="store_true", help="--qa: small and wide library side by side")
+    ap.add_argument("--compare-docs", type=int, default=30, help="--qa --compare: documents in the small library")
     ap.add_argument(
         "--qa-at", type=int, nargs="+", default=[30, 100, 200, 300], help="--qa: library sizes (documents) to ask at"
     )
@@ -420,7 +484,9 @@ def main() -> None:
     lib = Library(home / "wide")
     service = LibraryService(engine, lib)
     try:
-        if args.qa:
+        if args.qa and args.compare:
+            qa_compare(args, service, home, log)
+        elif args.qa:
             qa_fill(args, service, home, log)
         elif args.baseline:
             baseline(args, service, home, log)

@@ -101,3 +101,31 @@ def test_provenance_words_for_every_source():
         assert r.provenance()
     r = AskResult("q", "a", source="retrieved", entry_id=1, title="T", score=1.5, coverage=0.9, **base)
     assert 'document #1 "T" (retrieved: covers 90%' in r.provenance()
+
+
+def test_a_solution_is_retrieved_only_for_the_same_numbers_and_enough_words(engine, tmp_path, monkeypatch):
+    from kvgraft.app.problems import GENERATOR, starter_problems
+    from scripts.solution_qa import decoy, paraphrase
+
+    problems = sorted(starter_problems(12, seed=5), key=lambda p: len(p.solution))[:2]
+    lib = open_library(tmp_path / "sol")
+    service = LibraryService(engine, lib)
+    try:
+        ids = [
+            service.deposit_solution(p.question, p.solution, p.answer, vouched_by=GENERATOR).entry.id for p in problems
+        ]
+        q = paraphrase(problems[0].question, 1)
+        r = ask(service, q, budget=2)
+        assert (r.source, r.entry_id, r.matched_question) == ("retrieved", ids[0], problems[0].question)
+        assert r.verified and r.verified_answer == problems[0].answer and r.verified_by == GENERATOR
+        assert f'solution #{ids[0]}, worked for "{problems[0].question}" (retrieved: the same numbers' in r.provenance()
+        # the same template with other numbers is another problem: its sibling's solution is never grafted
+        sibling = starter_problems(12, seed=6)[0].question
+        assert ask(service, sibling, budget=2).source == "fresh"
+        # the same numbers in another question: too few of its words are in the solution
+        assert ask(service, decoy(problems[0].question), budget=2).source == "fresh"
+        monkeypatch.setattr(ask_mod, "SOLUTION_MIN_WORDING", 1.01)
+        assert ask(service, q, budget=2).source == "fresh"
+    finally:
+        service.close()
+        lib.close()
