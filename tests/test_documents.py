@@ -225,5 +225,10 @@ def test_cli_deposit_one_file_keeps_the_object_and_several_give_a_list(engine, t
     assert out["refused"][0]["file"] == str(bad) and "not UTF-8" in out["refused"][0]["reason"]
     text = runner.invoke(cli, ["deposit", str(b), "--section-tokens", "300"])
     assert text.exit_code == 0 and "b.md: unchanged since its last deposit" in text.stdout
+    first = out["deposited"][1]["sections"][0]["id"]
+    shown = runner.invoke(cli, ["show", str(first)])
+    n = len(out["deposited"][1]["sections"])
+    assert shown.exit_code == 0 and f"{b.resolve()} (b.md, section 1 of {n})" in shown.stdout
+    assert json.loads(runner.invoke(cli, ["show", str(first), "--json"]).stdout)["section"]["sections"] == n
     usage = runner.invoke(cli, ["deposit", str(a), str(b), "--question", "Q?"])
     assert usage.exit_code == common.EXIT_USAGE and "give one SOURCE" in usage.output

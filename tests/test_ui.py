@@ -118,6 +118,18 @@ def test_drop_documents_deposits_them_with_a_summary(qtbot, window, tmp_path):
     assert window.entries.rowCount() == 1
 
 
+def test_cancel_a_dropped_document(qtbot, window, tmp_path):
+    long = tmp_path / "long.txt"
+    long.write_text("A long report\n\n" + synthetic_text(2300, seed=97) + "\n")
+    drop(window, [long])
+    qtbot.waitUntil(lambda: not window.cancel_button.isHidden(), timeout=10_000)
+    qtbot.waitUntil(lambda: "long.txt" in window.progress.format(), timeout=30_000)  # its prefill is under way
+    window.cancel_button.click()
+    assert wait_message(qtbot, window, "import cancelled") == "cancelled"
+    with open_library() as lib:
+        assert lib.count() == 0 and lib.sources() == []
+
+
 def test_drop_real_gguf_offers_switch(qtbot, window, model_path, monkeypatch):
     asked = []
     monkeypatch.setattr(window, "confirm", lambda title, text: asked.append(text) or False)

@@ -251,6 +251,7 @@ def show(entry_id, as_json) -> None:
         e = lib.get(entry_id)
         pack = lib.pack(e.pack_id) if e.pack_id else None
         on_disk = lib.blobs.size(e.blob_sha256)
+        section = lib.section_of(e.id)
     provenance = provenance_text(pack)
     if as_json:
         emit_json(
@@ -261,6 +262,7 @@ def show(entry_id, as_json) -> None:
                 "blob_stored_size": on_disk,
                 "verified": e.verified,
                 "verified_by": e.vouched_by,
+                "section": section.as_dict() if section else None,
             }
         )
         return
@@ -278,6 +280,7 @@ def show(entry_id, as_json) -> None:
         ("fingerprint", e.fingerprint),
         ("model", e.model_sha256),
         ("source", provenance),
+        ("file", f"{section.path} ({section.words()})" if section else None),
         ("proof", proof_words(e.proof)),
         (
             "answer is",
