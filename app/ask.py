@@ -90,6 +90,7 @@ class AskResult:
     section: dict | None = None  # retrieved/prefix from a deposited file: {file, section, sections, heading}
     matched_question: str | None = None  # a retrieved solution: the stored question it was worked for
     wording: float | None = None  # a retrieved solution: the share of the question's non-number words it holds
+    matched_verified_by: str | None = None  # a retrieved solution: who vouched for its stored question's answer
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -119,8 +120,14 @@ class AskResult:
         else:
             what = f"stored prefix #{self.entry_id}{self._where()}"
         origin = f"proof {self.proof}"
-        if self.source == "graft" or self.matched_question is not None:
+        if self.source == "graft":
             origin += f", answer verified by {self.verified_by}" if self.verified else ", answer not verified"
+        elif self.matched_question is not None:
+            origin += (
+                f", its stored question's answer {self.stored_answer} verified by {self.matched_verified_by}"
+                if self.matched_verified_by
+                else f", its stored question's answer {self.stored_answer} not verified"
+            )
         if self.exact is True:
             exact = "exact: logits equal the fresh run's in its receipt"
         elif self.exact is False:
@@ -273,12 +280,13 @@ def ask(
                 s.prefill(suffix)
                 gen = s.generate(GRAFT_ANSWER_TOKENS, stop=["\n"], on_token=on_token)
             answer = gen.text.strip()
-            vouched = e.answer if e.verified else None
+            # the stored answer was vouched for the stored question; this question only matched it (same
+            # numbers, enough words): nobody vouched for this question's answer, so it is not "verified"
             return AskResult(
                 question,
                 answer,
-                vouched,
-                get_checker(e.checker or "numeric")(answer, vouched) if vouched is not None else None,
+                None,
+                None,
                 "retrieved",
                 e.id,
                 g.n_tokens,
@@ -290,9 +298,8 @@ def ask(
                 (time.perf_counter() - t0) * 1e3,
                 gen.stop_reason,
                 proof=e.proof,
-                verified=e.verified,
-                verified_by=e.vouched_by if e.verified else None,
-                stored_answer=e.answer if not e.verified else None,
+                stored_answer=e.answer,
+                matched_verified_by=e.vouched_by if e.verified else None,
                 ttft_ms=_ttft(gen, t0),
                 title=e.title,
                 score=round(sol_ranked[0].score, 3),

@@ -8,12 +8,15 @@ A file's identity is its resolved path (under one engine fingerprint, library/so
   line ("Section 3 of 12: <markdown heading>"), so an answer can name "doc.md, section 3 of 12";
 - re-depositing an unchanged file (the same bytes) computes nothing; a changed file's sections are
   replaced in one transaction, and a section whose text is already stored is not computed again.
-.txt and .md are read as UTF-8; .pdf through pypdf (its text layer: a scanned PDF has none).
+.txt, .md, .rst and files without a suffix are read as UTF-8 (a byte-order mark dropped, line ends
+made "\n", as `ask --context FILE` reads them); .pdf through pypdf (its text layer: a scanned PDF has
+none).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +26,13 @@ from kvgraft.library.errors import LibraryError
 from .library_service import LibraryService
 from .progress import Progress, no_progress
 
-TEXT_SUFFIXES = (".txt", ".md", ".markdown")
-DOCUMENT_SUFFIXES = TEXT_SUFFIXES + (".pdf",)
+TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text")
+DOCUMENT_SUFFIXES = TEXT_SUFFIXES + (".pdf",)  # and a file with no suffix, read as text
 ASK_ROOM = 256  # tokens left after a stored document for the question suffix and the answer
 SECTION_TOKENS = 2048  # a long file's sections hold at most this many tokens (and at most n_ctx - ASK_ROOM)
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
-_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?\S)(?:\s+#+)?\s*$")  # a markdown ATX heading
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
@@ -79,46 +82,65 @@ class FileDeposit:
         return out
 
 
-def read_document(path: Path) -> str:
-    """The text of a .txt/.md (UTF-8) or .pdf file; DocumentError when there is none to read."""
-    suffix = path.suffix.lower()
-    if suffix not in DOCUMENT_SUFFIXES:
-        raise DocumentError(f"{path.name}: kvgraft deposits .txt, .md and .pdf files, not {suffix or 'this file'}")
+def decode_text(raw: bytes, name: str) -> str:
+    """A text file's bytes as the library reads every text file (deposit, `ask --context`): UTF-8 with
+    an optional byte-order mark, line ends made "\n" as Python's text mode makes them."""
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DocumentError(f"{name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    if "\x00" in text:
+        raise DocumentError(f"{name}: not a text file (it holds NUL bytes)")
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def read_file_bytes(path: Path) -> bytes:
     if not path.is_file():
         raise DocumentError(f"no such file: {path}")
-    if path.stat().st_size > MAX_FILE_BYTES:
-        raise DocumentError(f"{path.name}: {path.stat().st_size / 1e6:,.0f} MB is more than this deposit takes")
-    raw = path.read_bytes()
-    if suffix == ".pdf":
-        text = _pdf_text(path)
-    else:
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise DocumentError(f"{path.name}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-        if "\x00" in text:
-            raise DocumentError(f"{path.name}: not a text file (it holds NUL bytes)")
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise DocumentError(f"{path.name}: {size / 1e6:,.0f} MB is more than a deposit takes")
+    return path.read_bytes()
+
+
+def document_text(path: Path, raw: bytes) -> str:
+    """The text of a .txt/.md (UTF-8) or .pdf file's bytes; DocumentError when there is none to read."""
+    suffix = path.suffix.lower()
+    if suffix and suffix not in DOCUMENT_SUFFIXES:
+        raise DocumentError(f"{path.name}: kvgraft deposits text (.txt, .md, .rst) and .pdf files, not {suffix}")
+    text = _pdf_text(path.name, raw) if suffix == ".pdf" else decode_text(raw, path.name)
     if not text.strip():
         raise DocumentError(f"{path.name}: no text to deposit")
     return text
 
 
-def _pdf_text(path: Path) -> str:
+def read_document(path: Path) -> str:
+    """The text of a .txt/.md/.pdf file, as a deposit reads it (`ask --context FILE` too)."""
+    return document_text(path, read_file_bytes(path))
+
+
+def read_context_file(path: Path) -> str:
+    """A file given as a question's context: a PDF's text layer, any other file as UTF-8 text."""
+    if path.suffix.lower() == ".pdf":
+        return read_document(path)
+    return decode_text(read_file_bytes(path), path.name)
+
+
+def _pdf_text(name: str, raw: bytes) -> str:
     import pypdf
-    from pypdf.errors import PyPdfError
 
     try:
-        reader = pypdf.PdfReader(str(path))
-        if reader.is_encrypted:
-            raise DocumentError(f"{path.name}: the PDF is encrypted")
+        reader = pypdf.PdfReader(io.BytesIO(raw))
+        if reader.is_encrypted and reader.decrypt("") == pypdf.PasswordType.NOT_DECRYPTED:
+            raise DocumentError(f"{name}: the PDF is encrypted with a password")
         pages = [(page.extract_text() or "").strip() for page in reader.pages]
     except DocumentError:
         raise
-    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError) as exc:  # pypdf's ways of saying "not a PDF"
-        raise DocumentError(f"{path.name}: not a readable PDF ({exc or type(exc).__name__})") from None
+    except Exception as exc:  # an untrusted file: whatever pypdf (or zlib, or a missing codec) raises, it is refused
+        raise DocumentError(f"{name}: not a readable PDF ({type(exc).__name__}: {exc})") from None
     text = "\n\n".join(p for p in pages if p)
     if not text.strip():
-        raise DocumentError(f"{path.name}: the PDF has no text layer (scanned pages are images)")
+        raise DocumentError(f"{name}: the PDF has no text layer (scanned pages are images)")
     return text
 
 
@@ -135,64 +157,82 @@ def title_of(path: Path, text: str) -> str:
     return path.name
 
 
-def _units(model, body: str, budget: int) -> list[tuple[str | None, str, int, bool]]:
+def _units(model, body: str, budget: int, markdown: bool) -> list[tuple[str | None, str, int, bool]]:
     """(heading in effect, piece, tokens, continues the previous piece's paragraph) for each
-    paragraph, and for the pieces of a paragraph longer than `budget`."""
+    paragraph, and for the pieces of a paragraph longer than `budget`. Headings are markdown's."""
     out: list[tuple[str | None, str, int, bool]] = []
     heading = None
     for para in (p.strip() for p in re.split(r"\n\s*\n", body)):
         if not para:
             continue
-        first = _HEADING.match(para.splitlines()[0])
+        lines = para.splitlines()
+        first = _HEADING.match(lines[0]) if markdown else None
         if first:
             heading = first.group(1)
-        n = len(model.tokenize(para, add_bos=False))
+        n = _count(model, para)
         if n <= budget:
             out.append((heading, para, n, False))
         else:
-            cont = False
-            for piece in _pieces(model, para, budget):
-                out.append((heading, piece, len(model.tokenize(piece, add_bos=False)), cont))
-                cont = True
-        for line in para.splitlines()[1:]:  # a heading inside a paragraph holds for what follows it
+            for k, (piece, m) in enumerate(_pieces(model, para, budget)):
+                out.append((heading, piece, m, k > 0))
+        for line in lines[1:] if markdown else ():  # a heading inside a paragraph holds for what follows it
             m = _HEADING.match(line)
             if m:
                 heading = m.group(1)
     return out
 
 
-def _pieces(model, para: str, budget: int) -> list[str]:
-    """A paragraph longer than `budget` tokens, cut at sentence ends (or between words) into pieces that fit."""
-    pieces, cur = [], ""
+def _count(model, text: str) -> int:
+    return len(model.tokenize(text, add_bos=False))
+
+
+def _pieces(model, para: str, budget: int) -> list[tuple[str, int]]:
+    """A paragraph longer than `budget` tokens cut into pieces that fit, each with its token count
+    (summed from its parts: split_sections checks the whole): at sentence ends, else between words,
+    else (a "word" longer than a piece: no spaces, as in CJK text or a data URI) every few characters.
+    Each part is tokenized once, so a huge one-line file costs linear time."""
+    parts: list[tuple[str, int]] = []
     for sentence in _SENTENCE_END.split(para):
-        words = [sentence]
-        if len(model.tokenize(sentence, add_bos=False)) > budget:  # one huge sentence: cut between words
-            words = sentence.split()
-        for w in words:
-            trial = f"{cur} {w}" if cur else w
-            if cur and len(model.tokenize(trial, add_bos=False)) > budget:
-                pieces.append(cur)
-                cur = w
-            else:
-                cur = trial
+        n = _count(model, sentence)
+        if n <= budget:
+            parts.append((sentence, n))
+            continue
+        for word in sentence.split():
+            m = _count(model, word)
+            if m <= budget:
+                parts.append((word, m))
+                continue
+            step = max(1, budget // 2)  # a token holds at least one character, mostly more
+            parts += [(word[i : i + step], _count(model, word[i : i + step])) for i in range(0, len(word), step)]
+    pieces, cur, used = [], [], 0
+    for text, n in parts:
+        if cur and used + n + 1 > budget:
+            pieces.append((" ".join(cur), used))
+            cur, used = [], 0
+        cur.append(text)
+        used += n + (1 if len(cur) > 1 else 0)
     if cur:
-        pieces.append(cur)
+        pieces.append((" ".join(cur), used))
     return pieces
 
 
-def split_sections(model, title: str, body: str, max_tokens: int) -> list[tuple[str | None, str]]:
+def split_sections(
+    model, title: str, body: str, max_tokens: int, markdown: bool = True
+) -> list[tuple[str | None, str]]:
     """(heading, text) of each section of a document too long for one entry: paragraphs packed in
     order into sections of at most `max_tokens` tokens (BOS included), each starting with the title
     and its section line."""
     budget = max_tokens
+    header = _count(model, f"{title}\nSection 9999 of 9999: \n\n") + 8
+    if header + 64 > max_tokens:
+        raise DocumentError(f"{title}: sections of {max_tokens:,} tokens leave no room after the title")
     for _attempt in range(6):
-        header = len(model.tokenize(f"{title}\nSection 9999 of 9999: \n\n")) + 8
-        units = _units(model, body, max(32, budget - header - 64))
+        units = _units(model, body, max(32, budget - header - 64), markdown)
         groups: list[list[tuple[str | None, str, int, bool]]] = []
         used = 0
         for u in units:
-            h_cost = len(model.tokenize(u[0], add_bos=False)) if u[0] else 0
-            if groups and used + u[2] + 2 + h_cost + header <= budget:
+            h_cost = _count(model, u[0]) if u[0] else 0
+            if groups and used + u[2] + 2 + header <= budget:
                 groups[-1].append(u)
                 used += u[2] + 2
             else:
@@ -226,24 +266,26 @@ def deposit_file(
     stops the deposit with nothing changed."""
     engine, lib = service.engine, service.library
     p = Path(path).expanduser().resolve()
-    text = read_document(p)
-    file_sha = hashlib.sha256(p.read_bytes()).hexdigest()
-    same = lib.unchanged_source(str(p), engine.fingerprint, file_sha)
-    src = lib.source(str(p), engine.fingerprint) if same is not None else None
-    if same is not None and (title is None or title == src.title):
-        return FileDeposit(str(p), src.title, same, [False] * len(same), unchanged=True)
-    doc_title = title or title_of(p, text)
+    raw = read_file_bytes(p)  # read once: the text and the file's identity come from the same bytes
+    file_sha = hashlib.sha256(raw).hexdigest()
     fit = engine.config.n_ctx - ASK_ROOM
     if fit < 64:
         raise DocumentError(f"a context of {engine.config.n_ctx:,} tokens leaves no room for a document")
+    budget = min(fit, section_tokens)
+    same = lib.unchanged_source(str(p), engine.fingerprint, file_sha, budget, fit)
+    if same is not None and (title is None or title == same[0].title):
+        src, entries = same
+        return FileDeposit(str(p), src.title, entries, [False] * len(entries), unchanged=True)
+    text = document_text(p, raw)
+    doc_title = title or title_of(p, text)
     tokens = engine.model.tokenize(text)
     if len(tokens) <= fit:
         sections = [(None, text, tokens)]
     else:
         progress(f"{p.name}: splitting", 0, 1)
+        markdown = p.suffix.lower() in (".md", ".markdown")
         sections = [
-            (h, t, engine.model.tokenize(t))
-            for h, t in split_sections(engine.model, doc_title, text, min(fit, section_tokens))
+            (h, t, engine.model.tokenize(t)) for h, t in split_sections(engine.model, doc_title, text, budget, markdown)
         ]
     n = len(sections)
     out = FileDeposit(str(p), doc_title)
@@ -254,16 +296,15 @@ def deposit_file(
             )
             stored = update.stored(stoks)
             if stored is not None:
-                update.add(heading, existing=stored)
-                out.created.append(False)
+                out.created.append(update.add(heading, existing=stored, title=entry_title))
             else:
                 stage = p.name if n == 1 else f"{p.name}: section {k}/{n}"
                 entry, prefill_s = service.document_state(
                     stext, stoks, entry_title, on_progress=lambda d, t, s=stage: progress(s, d, t)
                 )
-                update.add(heading, **entry)
-                out.created.append(True)
+                entry.pop("title")
+                out.created.append(update.add(heading, title=entry_title, **entry))
                 out.prefill_s += prefill_s
             progress(f"{p.name}: sections", k, n)
-        out.entries, out.removed = update.commit(file_sha, doc_title)
+        out.entries, out.removed = update.commit(file_sha, doc_title, budget if len(tokens) > fit else None)
     return out

@@ -201,7 +201,11 @@ def m010_sources(db: Database) -> None:
     engine fingerprint, the SHA-256 of the bytes it was read from, and its title; its sections are
     entries (`source_sections`: section n of the file is entry_id, under that heading). A file that
     fits the context is one section holding its text verbatim. Re-depositing an unchanged file is a
-    no-op; a changed file's sections are replaced in one transaction."""
+    no-op; a changed file's sections are replaced in one transaction. `section_tokens`: the most
+    tokens a section was allowed (a deposit with another budget splits the file again; NULL for a
+    file stored verbatim). `owned`: the
+    section's entry was made by this file's deposit (a changed file removes only entries it made:
+    one it found already stored, from a pack or a `--text` deposit, stays)."""
     db["sources"].create(
         {
             "id": int,
@@ -210,13 +214,14 @@ def m010_sources(db: Database) -> None:
             "file_sha256": str,
             "title": str,
             "n_sections": int,
+            "section_tokens": int,
             "deposited_at": str,
         },
         pk="id",
     )
     db["sources"].create_index(["path", "fingerprint"], unique=True)
     db["source_sections"].create(
-        {"source_id": int, "n": int, "entry_id": int, "heading": str},
+        {"source_id": int, "n": int, "entry_id": int, "heading": str, "owned": int},
         pk=("source_id", "n"),
         foreign_keys=[("source_id", "sources", "id")],
     )

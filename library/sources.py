@@ -29,6 +29,7 @@ class Source:
     file_sha256: str | None  # None once one of its sections was removed: the next deposit rebuilds it
     title: str
     n_sections: int
+    section_tokens: int | None  # the most tokens a section was allowed; None: the file is stored verbatim
     deposited_at: str
 
     @property
@@ -54,47 +55,78 @@ class SectionRef:
         return {"file": self.path, "section": self.n, "sections": self.of, "heading": self.heading}
 
 
+class SourceChanged(LibraryError):
+    """An entry a deposit meant to reuse was removed meanwhile (by another process): nothing was
+    written; depositing the file again computes what is missing."""
+
+
+@dataclass
+class _Section:
+    heading: str | None
+    title: str | None
+    found: Entry | None  # an entry already stored, reused
+    pending: tuple | None  # what `Library.stage_entry` staged: written by the commit
+
+
 class SourceUpdate:
     """The new sections of one file, staged; `commit` swaps them in. Made by `Library.source_update`."""
 
     def __init__(self, lib, staging: BlobStaging, path: str, fingerprint: str) -> None:
         self.lib, self.staging, self.path, self.fingerprint = lib, staging, path, fingerprint
-        self._sections: list[tuple[str | None, Entry | None, tuple | None]] = []
+        self._sections: list[_Section] = []
 
     def stored(self, tokens, kind: str = "document") -> Entry | None:
         """The intact, proven entry already holding these tokens, if any (its state need not be computed)."""
         e = self.lib.find_same(tokens_sha256(tokens), self.fingerprint, kind, None, None)
         return e if e is not None and e.damaged is None and e.proven else None
 
-    def add(self, heading: str | None, existing: Entry | None = None, **entry) -> None:
-        """The next section: an entry already stored, or a new one (`Library.stage_entry`'s keywords)."""
+    def add(self, heading: str | None, existing: Entry | None = None, title: str | None = None, **entry) -> bool:
+        """The next section: an entry already stored (given a `title`, it takes that title if this file
+        made it), or a new one (`Library.stage_entry`'s keywords). True when a new state was staged."""
         if existing is not None:
-            self._sections.append((heading, existing, None))
-            return
-        found, pending = self.lib.stage_entry(self.staging, fingerprint=self.fingerprint, **entry)
-        self._sections.append((heading, found, pending))
+            self._sections.append(_Section(heading, title, existing, None))
+            return False
+        found, pending = self.lib.stage_entry(self.staging, fingerprint=self.fingerprint, title=title, **entry)
+        self._sections.append(_Section(heading, title, found, pending))
+        return pending is not None
 
-    def commit(self, file_sha256: str, title: str) -> tuple[list[Entry], list[int]]:
+    def commit(self, file_sha256: str, title: str, section_tokens: int | None) -> tuple[list[Entry], list[int]]:
         """One transaction: the new entries, the source's sections replaced, and the old sections'
-        entries that no other file holds removed. Returns (the sections' entries, removed entry ids)."""
+        entries that this file made and nothing else holds removed. Returns (the sections' entries,
+        removed entry ids). SourceChanged, with nothing written, if a reused entry went meanwhile."""
         if not self._sections:
             raise LibraryError(f"{self.path}: a deposited file needs at least one section")
         lib, db = self.lib, self.lib._db
         with self.staging.commit():
-            ids = []
-            for _heading, found, pending in self._sections:
-                if found is not None:
-                    ids.append(found.id)
-                    continue
-                same, stored, row, model = pending
-                if model is not None:
-                    lib._insert_model(model)
-                ids.append(lib._write_entry_row(same, stored, row))
             row = db.execute(
                 "SELECT id FROM sources WHERE path = ? AND fingerprint = ?", [self.path, self.fingerprint]
             ).fetchone()
-            old: set[int] = set()
-            if row is None:
+            sid = row[0] if row else None
+            old = {
+                i: o for i, o in db.execute("SELECT entry_id, owned FROM source_sections WHERE source_id = ?", [sid])
+            }
+            reused = {sec.found.id for sec in self._sections if sec.found is not None}
+            if reused:
+                marks = ",".join("?" * len(reused))
+                here = db.execute(f"SELECT count(*) FROM entries WHERE id IN ({marks})", sorted(reused)).fetchone()[0]
+                if here != len(reused):
+                    raise SourceChanged(f"{self.path}: a stored section was removed meanwhile; deposit it again")
+            ids, owned = [], []
+            for sec in self._sections:
+                if sec.found is not None:
+                    i = sec.found.id
+                    mine = bool(old.get(i))
+                    if mine and sec.title and sec.found.title != sec.title:
+                        db.execute("UPDATE entries SET title = ? WHERE id = ?", [sec.title, i])
+                else:
+                    same, stored, entry_row, model = sec.pending
+                    if model is not None:
+                        lib._insert_model(model)
+                    i = lib._write_entry_row(same, stored, entry_row)
+                    mine = same is None or bool(old.get(i))
+                ids.append(i)
+                owned.append(int(mine))
+            if sid is None:
                 sid = (
                     db["sources"]
                     .insert(
@@ -104,35 +136,53 @@ class SourceUpdate:
                             "file_sha256": file_sha256,
                             "title": title,
                             "n_sections": len(ids),
+                            "section_tokens": section_tokens,
                             "deposited_at": now(),
                         }
                     )
                     .last_pk
                 )
             else:
-                sid = row[0]
-                old = {r[0] for r in db.execute("SELECT entry_id FROM source_sections WHERE source_id = ?", [sid])}
                 db.execute("DELETE FROM source_sections WHERE source_id = ?", [sid])
                 db.execute(
-                    "UPDATE sources SET file_sha256 = ?, title = ?, n_sections = ?, deposited_at = ? WHERE id = ?",
-                    [file_sha256, title, len(ids), now(), sid],
+                    "UPDATE sources SET file_sha256 = ?, title = ?, n_sections = ?, section_tokens = ?, "
+                    "deposited_at = ? WHERE id = ?",
+                    [file_sha256, title, len(ids), section_tokens, now(), sid],
                 )
             db.conn.executemany(
-                "INSERT INTO source_sections (source_id, n, entry_id, heading) VALUES (?, ?, ?, ?)",
-                [(sid, n, i, h) for n, (i, (h, _f, _p)) in enumerate(zip(ids, self._sections), start=1)],
+                "INSERT INTO source_sections (source_id, n, entry_id, heading, owned) VALUES (?, ?, ?, ?, ?)",
+                [(sid, n, i, sec.heading, o) for n, (i, o, sec) in enumerate(zip(ids, owned, self._sections), 1)],
             )
             removed = []
-            for i in sorted(old - set(ids)):
-                held = db.execute("SELECT 1 FROM source_sections WHERE entry_id = ? LIMIT 1", [i]).fetchone()
-                if held is None:
+            for i in sorted(i for i, o in old.items() if o and i not in set(ids)):
+                if not _held_elsewhere(db, i):
                     db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [i])
-                    db.execute("DELETE FROM entries WHERE id = ? AND kind = 'document'", [i])
+                    db.execute("DELETE FROM entries WHERE id = ?", [i])
                     removed.append(i)
-        return [lib.get(i) for i in ids], removed  # the old blobs stay until `gc` finds them unreferenced
+            entries = _entries(db, ids)
+        return entries, removed  # the old blobs stay until `gc` finds them unreferenced
+
+
+def _held_elsewhere(db, entry_id: int) -> bool:
+    """Another file's section, or a conversation that starts from it, still needs the entry."""
+    if db.execute("SELECT 1 FROM source_sections WHERE entry_id = ? LIMIT 1", [entry_id]).fetchone():
+        return True
+    if db.execute("SELECT 1 FROM entries WHERE id = ? AND kind <> 'document'", [entry_id]).fetchone():
+        return True
+    return db.execute("SELECT 1 FROM threads WHERE from_entry_id = ? LIMIT 1", [entry_id]).fetchone() is not None
+
+
+def _entries(db, ids: list[int]) -> list[Entry]:
+    by_id = {}
+    for k in range(0, len(ids), 500):
+        part = ids[k : k + 500]
+        for row in db.query(f"SELECT * FROM entries WHERE id IN ({','.join('?' * len(part))})", part):
+            by_id[row["id"]] = Entry.from_row(row)
+    return [by_id[i] for i in ids]
 
 
 class SourceRecords:
-    """Deposited files on a `Library` (needs its `_db`, `write`, `get`, `find_same`, `stage_entry`)."""
+    """Deposited files on a `Library` (needs its `_db`, `write`, `find_same`, `stage_entry`)."""
 
     def source(self, path: str, fingerprint: str) -> Source | None:
         for row in self._db.query("SELECT * FROM sources WHERE path = ? AND fingerprint = ?", [path, fingerprint]):
@@ -143,24 +193,43 @@ class SourceRecords:
         return [Source(**row) for row in self._db.query("SELECT * FROM sources ORDER BY id")]
 
     def source_sections(self, source_id: int) -> list[tuple[int, str | None, Entry]]:
-        """(n, heading, entry) for each section of a source that is still in the library, in order."""
-        rows = self._db.execute(
-            "SELECT s.n, s.heading, s.entry_id FROM source_sections s JOIN entries e ON e.id = s.entry_id "
-            "WHERE s.source_id = ? ORDER BY s.n",
+        """(n, heading, entry) for each section of a source that is still in the library, in order (one query)."""
+        rows = self._db.query(
+            "SELECT s.n AS section_n, s.heading AS section_heading, e.* FROM source_sections s "
+            "JOIN entries e ON e.id = s.entry_id WHERE s.source_id = ? ORDER BY s.n",
             [source_id],
-        ).fetchall()
-        return [(n, heading, self.get(i)) for n, heading, i in rows]
+        )
+        return [(r.pop("section_n"), r.pop("section_heading"), Entry.from_row(r)) for r in rows]
 
-    def unchanged_source(self, path: str, fingerprint: str, file_sha256: str) -> list[Entry] | None:
-        """The sections' entries when this file was deposited from the very same bytes and every section
-        is still here, intact and proven (a re-deposit is then a no-op); else None."""
-        src = self.source(path, fingerprint)
-        if src is None or src.file_sha256 != file_sha256:
+    def unchanged_source(
+        self, path: str, fingerprint: str, file_sha256: str, section_tokens: int, fit: int
+    ) -> tuple[Source, list[Entry]] | None:
+        """(the source, its sections' entries) when this file was deposited from the very same bytes
+        with the same section budget, and every section is still here, intact, proven and at most `fit`
+        tokens (a re-deposit is then a no-op); else None."""
+        with self._read_snapshot():  # a concurrent replace is seen whole or not at all
+            src = self.source(path, fingerprint)
+            if src is None or src.file_sha256 != file_sha256:
+                return None
+            if src.section_tokens is not None and src.section_tokens != section_tokens:  # None: stored verbatim
+                return None
+            sections = self.source_sections(src.id)
+        entries = [e for _n, _h, e in sections]
+        if len(entries) != src.n_sections or not all(e.graftable(fingerprint) and e.n_tokens <= fit for e in entries):
             return None
-        sections = self.source_sections(src.id)
-        if len(sections) != src.n_sections or not all(e.graftable(fingerprint) for _n, _h, e in sections):
-            return None
-        return [e for _n, _h, e in sections]
+        return src, entries
+
+    @contextmanager
+    def _read_snapshot(self) -> Iterator[None]:
+        conn = self._db.conn
+        if conn.in_transaction:
+            yield
+            return
+        conn.execute("BEGIN")  # deferred: the first read fixes the snapshot, no write lock is taken
+        try:
+            yield
+        finally:
+            conn.execute("COMMIT")
 
     def section_of(self, entry_id: int) -> SectionRef | None:
         """Where the entry sits in a deposited file (the newest such file, if several hold it)."""

@@ -29,6 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kvgraft.app.ask import SOLUTION_MIN_WORDING, ask  # noqa: E402
+from kvgraft.app.checker import get_checker  # noqa: E402
 from kvgraft.app.library_service import LibraryService, open_library  # noqa: E402
 from kvgraft.app.problems import GENERATOR, starter_problems  # noqa: E402
 from kvgraft.app.runtime import Settings, open_engine  # noqa: E402
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     home = args.home or Path(tmp.name)
     engine = open_engine(Settings(), on_progress=lambda m: print(m, file=sys.stderr))
     rows, wrong = [], []
+    check, final = get_checker("numeric"), get_checker("final_number")
     try:
         with open_library(home) as lib, LibraryService(engine, lib) as service:
             ids = []
@@ -101,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
                         "answer": p.answer,
                         "hit": r.source == "retrieved" and r.entry_id == ids[k],
                         "wording": same_number_wording(lib, q, engine.fingerprint),
-                        "library_ok": r.answer_checked is True,
+                        "library_ok": check(r.answer, p.answer),
                         "library_answer": r.answer,
-                        "fresh_ok": p.answer in fresh.answer,
+                        "fresh_ok": final(fresh.answer, p.answer),
                         "ms": r.wall_ms,
                     }
                 )

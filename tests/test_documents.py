@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from kvgraft.app.ask import ask
 from kvgraft.app.cli import common
-from kvgraft.app.documents import DocumentError, deposit_file, split_sections
+from kvgraft.app.documents import DocumentError, deposit_file, read_context_file, split_sections
 from kvgraft.app.library_service import LibraryService, open_library
 from kvgraft.app.model_store import model_sha256
 from kvgraft.app.textgen import synthetic_text
@@ -191,7 +191,7 @@ def test_pdf_text_is_deposited(service, tmp_path):
         ("binary.txt", b"\xff\xfe\x00\x01garbage", "not UTF-8 text"),
         ("nul.txt", b"text\x00more", "NUL bytes"),
         ("blank.md", b"  \n\n ", "no text to deposit"),
-        ("slides.docx", b"PK\x03\x04", "deposits .txt, .md and .pdf"),
+        ("slides.docx", b"PK\x03\x04", "deposits text"),
     ],
 )
 def test_bad_files_are_refused_with_a_reason_and_nothing_written(service, tmp_path, name, data, words):
@@ -232,3 +232,49 @@ def test_cli_deposit_one_file_keeps_the_object_and_several_give_a_list(engine, t
     assert json.loads(runner.invoke(cli, ["show", str(first), "--json"]).stdout)["section"]["sections"] == n
     usage = runner.invoke(cli, ["deposit", str(a), str(b), "--question", "Q?"])
     assert usage.exit_code == common.EXIT_USAGE and "give one SOURCE" in usage.output
+
+
+def test_a_changed_file_never_removes_an_entry_it_did_not_make(service, tmp_path):
+    lib = service.library
+    f = tmp_path / "note.txt"
+    text = "Notes on Zelbelpa\n\n" + synthetic_text(60, 2) + "\n"
+    plain = service.deposit(text, kind="document").entry  # deposited before, as a text
+    f.write_text(text)
+    fd = deposit_file(service, f)
+    assert fd.entries[0].id == plain.id and fd.created == [False]  # found, not made by the file
+    f.write_text(text + "\nA new last line.\n")
+    changed = deposit_file(service, f)
+    assert changed.removed == [] and lib.get(plain.id).text == text  # still there
+    f.write_text(text + "\nAnother last line.\n")
+    again = deposit_file(service, f)
+    assert again.removed == [changed.entries[0].id]  # that one the file made
+
+
+def test_title_budget_and_line_ends(service, tmp_path):
+    lib = service.library
+    f = tmp_path / "crlf.md"
+    f.write_bytes(("\ufeff# Windows notes\r\n\r\n" + synthetic_text(60, 4) + "\r\n").encode("utf-8"))
+    fd = deposit_file(service, f)
+    e = fd.entries[0]
+    assert fd.title == "Windows notes" and "\r" not in e.text and not e.text.startswith("\ufeff")
+    assert read_context_file(f) == e.text  # `ask --context FILE` reads the same text, so it grafts this entry
+    retitled = deposit_file(service, f, title="Notes from a Windows machine")
+    assert not any(retitled.created) and lib.get(e.id).title == "Notes from a Windows machine"
+    g = tmp_path / "survey.md"
+    g.write_text(long_markdown())
+    first = deposit_file(service, g, section_tokens=300)
+    assert deposit_file(service, g, section_tokens=300).unchanged
+    other = deposit_file(service, g, section_tokens=400)  # another budget: split again
+    assert not other.unchanged and len(other.entries) < len(first.entries)
+    assert all(x.n_tokens <= 400 for x in other.entries)
+
+
+def test_cli_import_takes_documents_too(engine, tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "open_engine", lambda settings, on_progress=None: engine)
+    f = tmp_path / "notes.md"
+    f.write_text("# Harbor notes\n\n" + synthetic_text(60, 8) + "\n")
+    r = CliRunner().invoke(cli, ["import", str(f)])
+    assert r.exit_code == 0, r.output
+    assert f"deposited {f} (Harbor notes): 1 sections, 1 computed" in r.stdout
+    again = CliRunner().invoke(cli, ["import", str(f), "--json"])
+    assert json.loads(again.stdout)["documents"][0]["unchanged"] is True

@@ -257,7 +257,7 @@ class MainWindow(QMainWindow):
                 f"\nverified answer ({r['verified_by']}): {r['verified_answer']} "
                 f"({'matches' if r['answer_checked'] else 'does NOT match'})"
             )
-        elif r.get("stored_answer") is not None:
+        elif r.get("stored_answer") is not None and r.get("matched_question") is None:  # else in the provenance
             text += f"\nstored answer (stated, not verified): {r['stored_answer']}"
         self.provenance.setText(text)
         self.deposit_button.setEnabled(r["source"] != "graft" and bool(r["answer"]))

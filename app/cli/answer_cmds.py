@@ -9,6 +9,7 @@ import click
 from kvgraft.library.errors import LibraryError
 
 from ..ask import ask as run_ask
+from ..documents import read_context_file
 from ..library_service import LibraryService, open_library
 from ..problems import read_jsonl
 from ..solve import solve as run_solve
@@ -38,7 +39,7 @@ def ask(state, question, context_file, budget, no_library, as_json) -> None:
     The answer streams to stdout as it is decoded, then its provenance follows on stderr.
     """
     engine = state.engine()
-    context = context_file.read_text(encoding="utf-8") if context_file else None
+    context = read_context_file(context_file) if context_file else None  # read as a deposit reads it
 
     def stream(_tok: int, piece: str) -> None:
         click.echo(piece, nl=False)

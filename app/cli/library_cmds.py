@@ -12,7 +12,7 @@ from kvgraft.engine.errors import EngineError
 from kvgraft.library.errors import LibraryError
 from kvgraft.library.maintenance import gc as run_gc
 
-from ..documents import SECTION_TOKENS, deposit_file
+from ..documents import SECTION_TOKENS, deposit_file, read_context_file
 from ..library_service import LibraryService, open_library
 from ..library_view import signer_words
 from ..packs import trust_store
@@ -37,7 +37,7 @@ def _read_text(text: str | None, source: str | None) -> str:
     path = Path(source)
     if not path.is_file():
         raise click.UsageError(f"no such file: {source}")
-    return path.read_text(encoding="utf-8")
+    return read_context_file(path)  # as every file is read: UTF-8 (BOM dropped, "\n" line ends), a PDF's text
 
 
 @click.command()
@@ -94,7 +94,7 @@ def deposit(state, sources, text, question, answer, kind, title, confirmed, sect
                 fd = deposit_file(
                     service, Path(source), title=title, section_tokens=section_tokens, progress=_file_progress()
                 )
-            except (LibraryError, EngineError, OSError) as exc:
+            except (LibraryError, EngineError, OSError, ValueError) as exc:
                 if len(sources) == 1:
                     raise
                 refused.append({"file": source, "reason": str(exc)})

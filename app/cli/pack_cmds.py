@@ -71,8 +71,9 @@ def export(entry_ids, output, query, all_, sign, as_json) -> None:
 @engine_options
 @handle_errors
 def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
-    """Import solution packs (.kvpack) and problem files (.jsonl); each pack is checked completely,
-    then imported whole or refused. A problem file's solutions are deposited (as `build` does).
+    """Import solution packs (.kvpack), problem files (.jsonl) and documents (.txt, .md, .pdf); each
+    pack is checked completely, then imported whole or refused. A problem file's solutions are
+    deposited (as `build` does), a document as `kvgraft deposit FILE` deposits it.
 
     A state is opaque, so its origin is proven before it can be grafted: entries of a pack signed
     by a key you trust are taken as signed; every other entry is replayed here (one prefill each)
@@ -90,6 +91,10 @@ def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
             click.echo(f"refused {done.file}: {done.reason}", err=True)
         elif done.kind == "problems":
             click.echo(f"built {done.file}: {done.imported} solutions deposited, {done.skipped} already present")
+        elif done.kind == "document":
+            d = done.detail
+            what = "unchanged" if d["unchanged"] else f"{len(d['sections'])} sections, {done.imported} computed"
+            click.echo(f"deposited {done.file} ({d['title']}): {what}")
         else:
             click.echo(pack_import_line(done.file, done.detail))
             for line in pack_proof_lines(done.detail):
