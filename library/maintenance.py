@@ -162,6 +162,22 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
             problems.append(
                 {"kind": "dangling_prefix_keys", "detail": f"{dangling_keys} prefix keys point to no entry"}
             )
+    dangling_sections = q(
+        "SELECT count(*) FROM source_sections WHERE entry_id NOT IN (SELECT id FROM entries)"
+    ).fetchone()[0]
+    if dangling_sections:  # a deposited file's section whose entry is gone: the file is rebuilt on its next deposit
+        if repair:
+            with lib.write():
+                q(
+                    "UPDATE sources SET file_sha256 = NULL WHERE id IN (SELECT source_id FROM source_sections "
+                    "WHERE entry_id NOT IN (SELECT id FROM entries))"
+                )
+                q("DELETE FROM source_sections WHERE entry_id NOT IN (SELECT id FROM entries)")
+            repaired.append(f"forgot {dangling_sections} sections of deposited files whose entries are gone")
+        else:
+            problems.append(
+                {"kind": "dangling_sections", "detail": f"{dangling_sections} file sections point to no entry"}
+            )
     missing_keys = q(
         "SELECT count(*) FROM entries WHERE id NOT IN (SELECT entry_id FROM prefix_keys WHERE full = 1)"
     ).fetchone()[0]

@@ -278,3 +278,20 @@ def test_cli_import_takes_documents_too(engine, tmp_path, monkeypatch):
     assert f"deposited {f} (Harbor notes): 1 sections, 1 computed" in r.stdout
     again = CliRunner().invoke(cli, ["import", str(f), "--json"])
     assert json.loads(again.stdout)["documents"][0]["unchanged"] is True
+
+
+def test_fsck_finds_and_repairs_a_section_whose_entry_is_gone(service, tmp_path):
+    from kvgraft.library.maintenance import fsck
+
+    lib = service.library
+    f = tmp_path / "note.txt"
+    f.write_text("Notes\n\n" + synthetic_text(40, 1) + "\n")
+    (e,) = deposit_file(service, f).entries
+    with lib.write() as db:  # what a crash of an older build, or a hand edit, could leave
+        db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [e.id])
+        db.execute("DELETE FROM entries WHERE id = ?", [e.id])
+    report = fsck(lib)
+    assert not report["ok"] and any(p["kind"] == "dangling_sections" for p in report["problems"])
+    fixed = fsck(lib, repair=True)
+    assert any("sections of deposited files" in r for r in fixed["repaired"])
+    assert fsck(lib)["ok"] and not deposit_file(service, f).unchanged  # rebuilt on the next deposit
