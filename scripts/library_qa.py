@@ -77,8 +77,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the summary as JSON")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
-    docs = [make_doc(rng, i) for i in range(args.docs)]
-    absent = [absent_question(rng) for _ in range(max(1, args.docs // 3))]
+    docs: list[dict] = []
+    for i in range(args.docs):
+        d = make_doc(rng, i)
+        while any(x["title"] == d["title"] for x in docs):  # one document per place: a question names one
+            d = make_doc(rng, i)
+        docs.append(d)
+    held = {d["title"].split()[-1].lower() for d in docs}  # a drawn name may be one a document holds
+    absent = []
+    while len(absent) < max(1, args.docs // 3):
+        q = absent_question(rng)
+        if q.rstrip("?").split()[-1].lower() not in held:
+            absent.append(q)
     tmp = None if args.home else tempfile.TemporaryDirectory()
     home = args.home or Path(tmp.name)
     settings = Settings()

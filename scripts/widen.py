@@ -289,9 +289,14 @@ def summary(home: Path) -> None:
 
 
 # -- questions over the wide library (--qa) ------------------------------------------------------
-def qa_doc(seed: int, i: int) -> dict:
-    """Invented document i of the QA fill: its own seeded draw, so any prefix of the run is reproducible."""
-    return make_doc(random.Random(f"widen-qa:{seed}:{i}"), i)
+def qa_doc(seed: int, i: int, attempt: int = 0) -> dict:
+    """Invented document i of the QA fill: its own seeded draw, so any prefix of the run is reproducible
+    (`attempt` > 0: drawn again because its place's name was taken by an earlier document)."""
+    return make_doc(random.Random(f"widen-qa:{seed}:{i}" + (f":{attempt}" if attempt else "")), i)
+
+
+def _place(title: str) -> str:
+    return title.split()[-1].lower()  # "Survey notes on <place>"
 
 
 def qa_ask(service: LibraryService, stored: list[dict], n_ask: int, seed: int) -> dict:
@@ -299,7 +304,13 @@ def qa_ask(service: LibraryService, stored: list[dict], n_ask: int, seed: int) -
     from kvgraft.app.ask import ask
 
     rng = random.Random(seed)
-    picks = rng.sample(stored, min(n_ask, len(stored)))
+    # a question is about one document: documents whose place shares its name with another's (drawn before
+    # the fill made names unique) are left out, their question being ambiguous
+    places: dict[str, int] = {}
+    for d in stored:
+        places[d["place"]] = places.get(d["place"], 0) + 1
+    unique = [d for d in stored if places[d["place"]] == 1]
+    picks = rng.sample(unique, min(n_ask, len(unique)))
     rows = []
     for d in picks:
         r = ask(service, d["question"], budget=QA_BUDGET)
@@ -314,7 +325,15 @@ def qa_ask(service: LibraryService, stored: list[dict], n_ask: int, seed: int) -
                 "answer": r.answer,
             }
         )
-    absent = [ask(service, absent_question(rng), budget=QA_BUDGET) for _ in range(max(1, n_ask // 3))]
+    # questions about names no stored document holds: with hundreds of documents a drawn name can be one
+    # the library holds (3 syllables of 25: 15,625 names), so those are drawn again
+    held = set(places) | {w.lower() for e in service.library.entries(kind="document") for w in (e.title or "").split()}
+    absent_qs = []
+    while len(absent_qs) < max(1, n_ask // 3):
+        q = absent_question(rng)
+        if q.rstrip("?").split()[-1].lower() not in held:
+            absent_qs.append(q)
+    absent = [ask(service, q, budget=QA_BUDGET) for q in absent_qs]
     st = service.library.stats(n_ctx=service.engine.config.n_ctx)
     n = len(rows)
     return {
@@ -322,12 +341,17 @@ def qa_ask(service: LibraryService, stored: list[dict], n_ask: int, seed: int) -
         "tokens": st["tokens"],
         "context_multiple": round(st["context_multiple"], 2),
         "questions": n,
+        "ambiguous_left_out": len(stored) - len(unique),
         "hit_rate": sum(r["hit"] for r in rows) / n,
         "accuracy": sum(r["ok"] for r in rows) / n,
         "false_retrievals": sum(a.source == "retrieved" for a in absent),
         "absent_questions": len(absent),
+        "absent": [
+            {"question": q, "retrieved": a.entry_id if a.source == "retrieved" else None, "coverage": a.coverage}
+            for q, a in zip(absent_qs, absent)
+        ],
         "median_ms": statistics.median(r["ms"] for r in rows),
-        "median_ttft_ms": statistics.median(r["ttft_ms"] for r in rows if r["ttft_ms"] is not None),
+        "median_ttft_ms": statistics.median([r["ttft_ms"] for r in rows if r["ttft_ms"] is not None] or [0.0]),
         "rows": rows,
     }
 
@@ -335,15 +359,27 @@ def qa_ask(service: LibraryService, stored: list[dict], n_ask: int, seed: int) -
 def qa_fill(args, service: LibraryService, home: Path, log) -> None:
     lib = service.library
     book = home / "qa_docs.jsonl"  # one line per stored document: its question, key and entry id
-    stored = [json.loads(x) for x in book.read_text().splitlines() if x.strip()] if book.exists() else []
+    stored = _book(book, args.seed)
     asked = {r["documents"] for r in _events(home, "qa")}
     checkpoints = sorted(set(args.qa_at))
     with open(book, "a") as out:
         i = len(stored)
         while lib.stats()["tokens"] < args.target_tokens:
+            taken = {x["place"] for x in stored}
+            attempt = 0
             d = qa_doc(args.seed, i)
+            while _place(d["title"]) in taken:  # one document per place: a question names one
+                attempt += 1
+                d = qa_doc(args.seed, i, attempt)
             res = service.deposit(d["text"], kind="document", title=d["title"])
-            rec = {"doc": i, "entry_id": res.entry.id, "question": d["question"], "key": d["key"]}
+            rec = {
+                "doc": i,
+                "attempt": attempt,
+                "place": _place(d["title"]),
+                "entry_id": res.entry.id,
+                "question": d["question"],
+                "key": d["key"],
+            }
             out.write(json.dumps(rec) + "\n")
             out.flush()
             stored.append(rec)
@@ -359,9 +395,8 @@ def qa_compare(args, service: LibraryService, home: Path, log) -> None:
     """The first documents' questions, asked of a library of just those documents and of the wide one."""
     from kvgraft.app.ask import ask
 
-    book = home / "qa_docs.jsonl"
-    stored = [json.loads(x) for x in book.read_text().splitlines() if x.strip()] if book.exists() else []
-    first = stored[: args.compare_docs]
+    stored = _book(home / "qa_docs.jsonl", args.seed)
+    first = [d for d in stored if sum(x["place"] == d["place"] for x in stored) == 1][: args.compare_docs]
     if len(first) < args.compare_docs:
         raise SystemExit(f"the wide library holds {len(stored)} question documents: run the --qa fill first")
     small = Library(home / "small-qa")
@@ -369,7 +404,7 @@ def qa_compare(args, service: LibraryService, home: Path, log) -> None:
     try:
         ids = {}
         for d in first:
-            doc = qa_doc(args.seed, d["doc"])
+            doc = qa_doc(args.seed, d["doc"], d["attempt"])
             ids[d["doc"]] = small_service.deposit(doc["text"], kind="document", title=doc["title"]).entry.id
         sides = {"small": [], "wide": []}
         for k, d in enumerate(first):
@@ -401,6 +436,15 @@ def qa_compare(args, service: LibraryService, home: Path, log) -> None:
     finally:
         small_service.close()
         small.close()
+
+
+def _book(path: Path, seed: int) -> list[dict]:
+    """The QA fill's stored documents (lines written before places were recorded get theirs here)."""
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+    for r in rows:
+        r.setdefault("attempt", 0)
+        r.setdefault("place", _place(qa_doc(seed, r["doc"], r["attempt"])["title"]))
+    return rows
 
 
 def _events(home: Path, kind: str) -> list[dict]:
