@@ -1,0 +1,157 @@
+"""`kvgraft deposit`: texts and files (.txt, .md, .pdf) into the library (app/documents.py for files)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from kvgraft.engine.errors import EngineError
+from kvgraft.library.errors import LibraryError
+
+from ..documents import SECTION_TOKENS, deposit_file, read_context_file
+from ..library_service import LibraryService, open_library
+from .common import EXIT_INPUT, cli_home, emit_json, engine_options, handle_errors, stage_progress, token_progress
+
+
+def _read_text(text: str | None, source: str | None) -> str:
+    if text is not None:
+        return text
+    if source == "-":
+        return sys.stdin.read()
+    path = Path(source)
+    if not path.is_file():
+        raise click.UsageError(f"no such file: {source}")
+    return read_context_file(path)  # as every file is read: UTF-8 (BOM dropped, "\n" line ends), a PDF's text
+
+
+@click.command()
+@click.argument("sources", nargs=-1)
+@click.option("--text", help="The text to deposit (instead of file paths or -).")
+@click.option("--question", help="The question this text answers (exact-match key).")
+@click.option("--answer", help="The answer, if any (makes it a solution); stated, not verified, unless --confirmed.")
+@click.option("--confirmed", is_flag=True, help="You vouch that --answer is right: it is stored as verified by you.")
+@click.option(
+    "--kind",
+    type=click.Choice(["solution", "document", "prefix"]),
+    default=None,
+    help="Entry kind (default: solution when --answer is given, else document).",
+)
+@click.option("--title", help="A title (default: a markdown file's first heading, the question or the first line).")
+@click.option(
+    "--section-tokens",
+    type=click.IntRange(128),
+    default=SECTION_TOKENS,
+    show_default=True,
+    help="A file longer than the context is split into sections of at most this many tokens.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the entry (one file) or {deposited: [...]} as JSON.")
+@engine_options
+@handle_errors
+def deposit(state, sources, text, question, answer, kind, title, confirmed, section_tokens, as_json) -> None:
+    """Read texts into the model and store their KV states in the library.
+
+    SOURCES are .txt, .md or .pdf files, or - for stdin; or pass --text. A file that fits the
+    context is stored verbatim (so `ask --context FILE` grafts it); a longer one is split into
+    sections at paragraph boundaries, each starting with the document's title and its section line.
+    A file is known by its resolved path: depositing an unchanged file again computes nothing, a
+    changed one has its sections replaced in one transaction. The same text twice is one blob.
+    """
+    if confirmed and answer is None:
+        raise click.UsageError("--confirmed vouches for an --answer: give one")
+    if text is not None and sources:
+        raise click.UsageError("give the text with --text TEXT, or file paths, or - for stdin, not both")
+    if text is None and not sources:
+        raise click.UsageError("give the text with --text TEXT, or file paths, or - for stdin")
+    keyed = question is not None or answer is not None or kind in ("solution", "prefix")
+    if len(sources) > 1 and (keyed or title is not None or "-" in sources):
+        raise click.UsageError("--question, --answer, --kind, --title and - apply to one text: give one SOURCE")
+    if text is not None or sources == ("-",) or keyed:
+        _deposit_text(
+            state, _read_text(text, sources[0] if sources else None), question, answer, kind, title, confirmed, as_json
+        )
+        return
+    engine = state.engine()
+    done, refused = [], []
+    with open_library(cli_home()) as lib, LibraryService(engine, lib) as service:
+        for source in sources:
+            try:
+                fd = deposit_file(
+                    service, Path(source), title=title, section_tokens=section_tokens, progress=_file_progress()
+                )
+            except (LibraryError, EngineError, OSError, ValueError) as exc:
+                if len(sources) == 1:
+                    raise
+                refused.append({"file": source, "reason": str(exc)})
+                click.echo(f"refused {source}: {exc}", err=True)
+                continue
+            done.append(fd)
+            if not as_json:
+                click.echo(_file_words(fd))
+    if as_json:
+        emit_json(
+            done[0].as_dict() if len(sources) == 1 else {"deposited": [d.as_dict() for d in done], "refused": refused}
+        )
+    if refused:
+        sys.exit(EXIT_INPUT)
+
+
+def _deposit_text(state, body, question, answer, kind, title, confirmed, as_json) -> None:
+    engine = state.engine()
+    with open_library(cli_home()) as lib, LibraryService(engine, lib) as service:
+        res = service.deposit(
+            body,
+            question=question,
+            answer=answer,
+            kind=kind,
+            title=title,
+            on_progress=token_progress("prefill"),
+            vouched_by="you" if confirmed else None,
+        )
+    if as_json:
+        emit_json(res.as_dict())
+    else:
+        verb = "deposited" if res.created else "already stored as"
+        click.echo(
+            f"{verb} entry #{res.entry.id}: {res.entry.n_tokens:,} tokens, blob {res.entry.blob_sha256[:16]}... "
+            f"({res.entry.blob_size / 1e6:.1f} MB)" + (f", prefill {res.prefill_s:.2f} s" if res.created else "")
+        )
+
+
+def _file_words(fd) -> str:
+    name = Path(fd.file).name
+    if fd.unchanged:
+        return (
+            f"{name}: unchanged since its last deposit (entr{'ies' if fd.sectioned else 'y'} "
+            + ", ".join(f"#{e.id}" for e in fd.entries)
+            + ")"
+        )
+    made = sum(fd.created)
+    if not fd.sectioned:
+        e = fd.entries[0]
+        verb = "deposited" if made else "already stored as"
+        return (
+            f"{name}: {verb} entry #{e.id}: {e.n_tokens:,} tokens, blob {e.blob_sha256[:16]}... "
+            f"({e.blob_size / 1e6:.1f} MB)" + (f", prefill {fd.prefill_s:.2f} s" if made else "")
+        )
+    tokens = sum(e.n_tokens for e in fd.entries)
+    ids = f"#{fd.entries[0].id}" + (f"-#{fd.entries[-1].id}" if len(fd.entries) > 1 else "")
+    line = f"{name}: {len(fd.entries)} sections ({ids}), {tokens:,} tokens, {made} computed" + (
+        f", prefill {fd.prefill_s:.1f} s" if made else ""
+    )
+    return line + (f"; {len(fd.removed)} old sections removed" if fd.removed else "")
+
+
+def _file_progress():
+    """Section progress on stderr: a live line on a terminal, a line per section otherwise."""
+    tty = sys.stderr.isatty()
+    live = stage_progress("deposit")
+
+    def report(stage: str, done: int, total: int) -> None:
+        if tty:
+            live(stage, done, total)
+        elif stage.endswith(": sections") and total > 1:
+            click.echo(f"deposit: {stage} {done:,}/{total:,}", err=True)
+
+    return report
