@@ -246,6 +246,32 @@ class SourceRecords:
         with staged(self) as staging:
             yield SourceUpdate(self, staging, path, fingerprint)
 
+    def forget_source(self, path: str) -> list[int] | None:
+        """Forget a deposited file (under every fingerprint): its sections, and the entries its deposits
+        made that nothing else holds (returned; None when no file was deposited at `path`)."""
+        with self.write() as db:
+            sids = [r[0] for r in db.execute("SELECT id FROM sources WHERE path = ?", [path])]
+            if not sids:
+                return None
+            marks = ",".join("?" * len(sids))
+            owned = sorted(
+                {
+                    r[0]
+                    for r in db.execute(
+                        f"SELECT entry_id FROM source_sections WHERE source_id IN ({marks}) AND owned = 1", sids
+                    )
+                }
+            )
+            db.execute(f"DELETE FROM source_sections WHERE source_id IN ({marks})", sids)
+            db.execute(f"DELETE FROM sources WHERE id IN ({marks})", sids)
+            removed = []
+            for i in owned:
+                if not _held_elsewhere(db, i):
+                    db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [i])
+                    db.execute("DELETE FROM entries WHERE id = ?", [i])
+                    removed.append(i)
+        return removed
+
     def _forget_sections(self, entry_id: int) -> None:
         """An entry is removed by hand: the files holding it are rebuilt on their next deposit."""
         self._db.execute(

@@ -295,3 +295,25 @@ def test_fsck_finds_and_repairs_a_section_whose_entry_is_gone(service, tmp_path)
     fixed = fsck(lib, repair=True)
     assert any("sections of deposited files" in r for r in fixed["repaired"])
     assert fsck(lib)["ok"] and not deposit_file(service, f).unchanged  # rebuilt on the next deposit
+
+
+def test_rm_file_forgets_a_moved_file_and_only_what_it_made(engine, tmp_path, monkeypatch):
+    monkeypatch.setattr(common, "open_engine", lambda settings, on_progress=None: engine)
+    runner = CliRunner()
+    shared_text = "Shared notes\n\n" + synthetic_text(40, 12) + "\n"
+    a, b = tmp_path / "a.md", tmp_path / "b.txt"
+    a.write_text(long_markdown())
+    b.write_text(shared_text)
+    assert runner.invoke(cli, ["deposit", "--text", shared_text]).exit_code == 0  # b's text, stored before b
+    out = json.loads(runner.invoke(cli, ["deposit", str(a), str(b), "--section-tokens", "300", "--json"]).stdout)
+    made = [s["id"] for s in out["deposited"][0]["sections"]]
+    a.rename(tmp_path / "moved.md")  # the file is gone from its path: its sections would stay retrievable
+    r = runner.invoke(cli, ["rm", "--file", str(a), "--file", str(b)])
+    assert r.exit_code == 0, r.output
+    assert f"forgot {a.resolve()}: removed entries " + ", ".join(f"#{i}" for i in made) in r.stdout
+    assert f"forgot {b.resolve()}: no entry removed (each was stored before it" in r.stdout
+    with open_library() as lib:
+        assert lib.sources() == [] and lib.count() == 1  # the --text deposit stays
+    again = runner.invoke(cli, ["rm", "--file", str(a)])
+    assert again.exit_code == common.EXIT_INPUT and "no deposited file at" in again.output
+    assert runner.invoke(cli, ["rm"]).exit_code == common.EXIT_USAGE

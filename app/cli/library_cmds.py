@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
 from kvgraft.engine.config import DEFAULT_N_CTX
+from kvgraft.library.errors import LibraryError
 from kvgraft.library.maintenance import gc as run_gc
 
 from ..library_service import open_library
@@ -168,13 +170,32 @@ def provenance_text(pack: dict | None) -> str:
 
 
 @click.command()
-@click.argument("entry_ids", type=int, nargs=-1, required=True)
+@click.argument("entry_ids", type=int, nargs=-1)
+@click.option(
+    "--file",
+    "files",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Forget a deposited file (repeatable): the entries its deposit made go, unless something else holds them.",
+)
 @handle_errors
-def rm(entry_ids) -> None:
-    """Remove entries (their blobs go at the next `kvgraft gc` if nothing else uses them)."""
+def rm(entry_ids, files) -> None:
+    """Remove entries, or deposited files (their blobs go at the next `kvgraft gc` if nothing else uses them)."""
+    if not entry_ids and not files:
+        raise click.UsageError("give entry ids, or --file PATH")
     with open_library(cli_home()) as lib:
         for e in lib.remove_all(entry_ids):
             click.echo(f"removed entry #{e.id} ({e.n_tokens:,} tokens)")
+        for f in files:
+            path = str(f.expanduser().resolve())  # the file itself may be gone: its path is its identity
+            gone = lib.forget_source(path)
+            if gone is None:
+                raise LibraryError(f"no deposited file at {path}")
+            click.echo(
+                f"forgot {path}: removed entries {', '.join(f'#{i}' for i in gone)}"
+                if gone
+                else f"forgot {path}: no entry removed (each was stored before it, or something else holds it)"
+            )
 
 
 @click.command()
