@@ -157,10 +157,11 @@ def title_of(path: Path, text: str) -> str:
     return path.name
 
 
-def _units(model, body: str, budget: int, markdown: bool) -> list[tuple[str | None, str, int, bool]]:
-    """(heading in effect, piece, tokens, continues the previous piece's paragraph) for each
-    paragraph, and for the pieces of a paragraph longer than `budget`. Headings are markdown's."""
-    out: list[tuple[str | None, str, int, bool]] = []
+def _units(model, body: str, budget: int, markdown: bool) -> list[tuple[str | None, str, int, bool, bool]]:
+    """(heading in effect, piece, tokens, continues the previous piece's paragraph, opens with a
+    heading) for each paragraph, and for the pieces of a paragraph longer than `budget`. Headings are
+    markdown's."""
+    out: list[tuple[str | None, str, int, bool, bool]] = []
     heading = None
     for para in (p.strip() for p in re.split(r"\n\s*\n", body)):
         if not para:
@@ -171,10 +172,10 @@ def _units(model, body: str, budget: int, markdown: bool) -> list[tuple[str | No
             heading = first.group(1)
         n = _count(model, para)
         if n <= budget:
-            out.append((heading, para, n, False))
+            out.append((heading, para, n, False, bool(first)))
         else:
             for k, (piece, m) in enumerate(_pieces(model, para, budget)):
-                out.append((heading, piece, m, k > 0))
+                out.append((heading, piece, m, k > 0, bool(first) and k == 0))
         for line in lines[1:] if markdown else ():  # a heading inside a paragraph holds for what follows it
             m = _HEADING.match(line)
             if m:
@@ -228,11 +229,13 @@ def split_sections(
         raise DocumentError(f"{title}: sections of {max_tokens:,} tokens leave no room after the title")
     for _attempt in range(6):
         units = _units(model, body, max(32, budget - header - 64), markdown)
-        groups: list[list[tuple[str | None, str, int, bool]]] = []
+        groups: list[list[tuple[str | None, str, int, bool, bool]]] = []
         used = 0
         for u in units:
             h_cost = _count(model, u[0]) if u[0] else 0
-            if groups and used + u[2] + 2 + header <= budget:
+            # a heading starts a new section once the current one is half full, so sections follow chapters
+            fits = used + u[2] + 2 + header <= budget and not (u[4] and used + header >= budget // 2)
+            if groups and fits:
                 groups[-1].append(u)
                 used += u[2] + 2
             else:
@@ -243,8 +246,10 @@ def split_sections(
         for k, g in enumerate(groups, start=1):
             heading = g[0][0]
             body_k = g[0][1]
-            for _h, piece, _n, cont in g[1:]:
+            for _h, piece, _n, cont, _starts in g[1:]:
                 body_k += (" " if cont else "\n\n") + piece
+            if heading == title:  # the document's own title as its first heading: not said twice
+                heading = None
             line = f"Section {k} of {n}" + (f": {heading}" if heading else "")
             sections.append((heading, f"{title}\n{line}\n\n{body_k}"))
         if all(len(model.tokenize(t)) <= max_tokens for _h, t in sections):

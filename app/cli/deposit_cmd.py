@@ -136,11 +136,13 @@ def _file_words(fd) -> str:
             f"({e.blob_size / 1e6:.1f} MB)" + (f", prefill {fd.prefill_s:.2f} s" if made else "")
         )
     tokens = sum(e.n_tokens for e in fd.entries)
-    ids = f"#{fd.entries[0].id}" + (f"-#{fd.entries[-1].id}" if len(fd.entries) > 1 else "")
-    line = f"{name}: {len(fd.entries)} sections ({ids}), {tokens:,} tokens, {made} computed" + (
+    ids = [e.id for e in fd.entries]
+    span = f"#{ids[0]}-#{ids[-1]}" if ids == list(range(ids[0], ids[0] + len(ids))) else ", ".join(f"#{i}" for i in ids)
+    line = f"{name}: {len(ids)} sections ({span}), {tokens:,} tokens, {made} computed" + (
         f", prefill {fd.prefill_s:.1f} s" if made else ""
     )
-    return line + (f"; {len(fd.removed)} old sections removed" if fd.removed else "")
+    gone = len(fd.removed)
+    return line + (f"; {gone} old section{'s' if gone != 1 else ''} removed" if gone else "")
 
 
 def _file_progress():
