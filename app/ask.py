@@ -240,34 +240,8 @@ def ask(
     if best is not None and best.coverage >= RETRIEVAL_MIN_COVERAGE:
         doc = best.entry
         if doc.n_tokens + len(suffix) + budget <= engine.config.n_ctx:
-            with service.session() as s:
-                g = service.graft(s, doc)  # the document at its own positions, exact
-                s.prefill(suffix)
-                gen = s.generate(budget, stop=["\n"], on_token=on_token)
-            answer = gen.text.strip()
-            return AskResult(
-                question,
-                answer,
-                verified,
-                checker(answer, verified) if verified is not None else None,
-                "retrieved",
-                doc.id,
-                g.n_tokens,
-                g.total_ms,
-                len(suffix),
-                len(gen.tokens),
-                None,
-                None,
-                (time.perf_counter() - t0) * 1e3,
-                gen.stop_reason,
-                proof=doc.proof,
-                ttft_ms=_ttft(gen, t0),
-                title=doc.title,
-                score=round(best.score, 3),
-                coverage=round(best.coverage, 3),
-                runners_up=runners_up,
-                section=_section(lib, doc.id),
-                **words,
+            return _answer_retrieved(
+                service, question, doc, suffix, budget, on_token, t0, best, runners_up, section=_section(lib, doc.id)
             )
 
     sol = _solution_for(lib, question, fp) if (use_library and retrieve and context is None) else None
@@ -275,36 +249,20 @@ def ask(
         e, sol_ranked = sol
         suffix = model.tokenize(ask_suffix(question), add_bos=False)
         if e.n_tokens + len(suffix) + GRAFT_ANSWER_TOKENS <= engine.config.n_ctx:
-            with service.session() as s:
-                g = service.graft(s, e)  # the worked solution at its own positions, exact
-                s.prefill(suffix)
-                gen = s.generate(GRAFT_ANSWER_TOKENS, stop=["\n"], on_token=on_token)
-            answer = gen.text.strip()
             # the stored answer was vouched for the stored question; this question only matched it (same
             # numbers, enough words): nobody vouched for this question's answer, so it is not "verified"
-            return AskResult(
+            return _answer_retrieved(
+                service,
                 question,
-                answer,
-                None,
-                None,
-                "retrieved",
-                e.id,
-                g.n_tokens,
-                g.total_ms,
-                len(suffix),
-                len(gen.tokens),
-                None,
-                None,
-                (time.perf_counter() - t0) * 1e3,
-                gen.stop_reason,
-                proof=e.proof,
+                e,
+                suffix,
+                GRAFT_ANSWER_TOKENS,
+                on_token,
+                t0,
+                sol_ranked[0],
+                [_ranked_dict(r) for r in sol_ranked[1:]],
                 stored_answer=e.answer,
                 matched_verified_by=e.vouched_by if e.verified else None,
-                ttft_ms=_ttft(gen, t0),
-                title=e.title,
-                score=round(sol_ranked[0].score, 3),
-                coverage=round(sol_ranked[0].coverage, 3),
-                runners_up=[_ranked_dict(r) for r in sol_ranked[1:]],
                 matched_question=e.question,
                 wording=round(sol_ranked[0].wording, 3),
             )
@@ -359,6 +317,38 @@ def ask(
         runners_up=[_ranked_dict(r) for r in ranked],
         section=_section(lib, prefix.id) if source == "prefix" else None,
         **words,
+    )
+
+
+def _answer_retrieved(service, question, entry, suffix, budget, on_token, t0, ranked, runners_up, **extra) -> AskResult:
+    """Graft the retrieved entry at its own positions (exact), prefill the question after it, answer
+    up to the newline. Its stored answer is not this question's: nothing here is "verified"."""
+    with service.session() as s:
+        g = service.graft(s, entry)
+        s.prefill(suffix)
+        gen = s.generate(budget, stop=["\n"], on_token=on_token)
+    return AskResult(
+        question,
+        gen.text.strip(),
+        None,
+        None,
+        "retrieved",
+        entry.id,
+        g.n_tokens,
+        g.total_ms,
+        len(suffix),
+        len(gen.tokens),
+        None,
+        None,
+        (time.perf_counter() - t0) * 1e3,
+        gen.stop_reason,
+        proof=entry.proof,
+        ttft_ms=_ttft(gen, t0),
+        title=entry.title,
+        score=round(ranked.score, 3),
+        coverage=round(ranked.coverage, 3),
+        runners_up=runners_up,
+        **extra,
     )
 
 
