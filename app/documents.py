@@ -219,10 +219,10 @@ def _pieces(model, para: str, budget: int) -> list[tuple[str, int]]:
 
 def split_sections(
     model, title: str, body: str, max_tokens: int, markdown: bool = True
-) -> list[tuple[str | None, str]]:
-    """(heading, text) of each section of a document too long for one entry: paragraphs packed in
-    order into sections of at most `max_tokens` tokens (BOS included), each starting with the title
-    and its section line."""
+) -> list[tuple[str | None, str, list[int]]]:
+    """(heading, text, tokens) of each section of a document too long for one entry: paragraphs packed
+    in order into sections of at most `max_tokens` tokens (BOS included), each starting with the title
+    and its section line. The tokens are those the fit was checked with (a deposit prefills them)."""
     budget = max_tokens
     header = _count(model, f"{title}\nSection 9999 of 9999: \n\n") + 8
     if header + 64 > max_tokens:
@@ -231,8 +231,9 @@ def split_sections(
         units = _units(model, body, max(32, budget - header - 64), markdown)
         groups: list[list[tuple[str | None, str, int, bool, bool]]] = []
         used = 0
+        heading_cost: dict[str, int] = {}
         for u in units:
-            h_cost = _count(model, u[0]) if u[0] else 0
+            h_cost = heading_cost.setdefault(u[0], _count(model, u[0])) if u[0] else 0
             # a heading starts a new section once the current one is half full, so sections follow chapters
             fits = used + u[2] + 2 + header <= budget and not (u[4] and used + header >= budget // 2)
             if groups and fits:
@@ -251,8 +252,9 @@ def split_sections(
             if heading == title:  # the document's own title as its first heading: not said twice
                 heading = None
             line = f"Section {k} of {n}" + (f": {heading}" if heading else "")
-            sections.append((heading, f"{title}\n{line}\n\n{body_k}"))
-        if all(len(model.tokenize(t)) <= max_tokens for _h, t in sections):
+            text = f"{title}\n{line}\n\n{body_k}"
+            sections.append((heading, text, model.tokenize(text)))
+        if all(len(tokens) <= max_tokens for _h, _t, tokens in sections):
             return sections
         budget = int(budget * 0.9)  # the estimate was short (tokens merge across joins): pack tighter
     raise DocumentError(f"{title}: could not split it into sections of at most {max_tokens:,} tokens")
@@ -289,9 +291,7 @@ def deposit_file(
     else:
         progress(f"{p.name}: splitting", 0, 1)
         markdown = p.suffix.lower() in (".md", ".markdown")
-        sections = [
-            (h, t, engine.model.tokenize(t)) for h, t in split_sections(engine.model, doc_title, text, budget, markdown)
-        ]
+        sections = split_sections(engine.model, doc_title, text, budget, markdown)
     n = len(sections)
     out = FileDeposit(str(p), doc_title)
     with lib.source_update(str(p), engine.fingerprint) as update:

@@ -97,9 +97,9 @@ def test_a_paragraph_longer_than_a_section_is_cut_at_sentence_ends(engine):
     body = synthetic_text(900, 9)  # one paragraph, no blank line
     sections = split_sections(engine.model, "One long paragraph", body, 200)
     assert len(sections) > 3
-    assert all(len(engine.model.tokenize(t)) <= 200 for _h, t in sections)
-    assert " ".join(t.split("\n\n", 1)[1] for _h, t in sections) == body
-    assert all(t.split("\n\n", 1)[1].endswith(".") for _h, t in sections[:-1])  # cut after a sentence
+    assert all(len(engine.model.tokenize(t)) <= 200 for _h, t, _tokens in sections)
+    assert " ".join(t.split("\n\n", 1)[1] for _h, t, _tokens in sections) == body
+    assert all(t.split("\n\n", 1)[1].endswith(".") for _h, t, _tokens in sections[:-1])  # cut after a sentence
 
 
 def test_a_question_about_one_section_retrieves_that_section(service, tmp_path):
