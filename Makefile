@@ -18,6 +18,7 @@ help:
 	@echo "make bundle     one-folder app in dist/kvgraft (PyInstaller), then its smoke test"
 	@echo "make install-desktop  a .desktop entry and icon for double-click start (Linux)"
 	@echo "make screenshot render docs/screenshot.png with a populated library (offscreen)"
+	@echo "make golden     check this machine's golden family in tests/golden/, or add it when its probe is new"
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -26,7 +27,7 @@ ifeq ($(CUDA),1)
 	CMAKE_ARGS="-DGGML_CUDA=on" $(PY) -m pip install --no-cache-dir --force-reinstall --no-deps --no-binary llama-cpp-python "llama-cpp-python==0.3.36"
 endif
 	$(PY) -m pip install -e '.[dev]'
-	$(PY) -c "from kvgraft.app.model_store import embedded_model_path; print('model:', embedded_model_path(print))"
+	$(PY) -c "from kvgraft.app.core.model_store import embedded_model_path; print('model:', embedded_model_path(print))"
 	rm -f $(VENV)/.installed-cuda*
 	touch $@
 

@@ -9,32 +9,12 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from kvgraft.app.core.paths import data_dir
+from kvgraft.app.packs.trust import source_words, trust_store
 from kvgraft.library.library import Library
-from kvgraft.library.signing import TrustStore
 from kvgraft.library.views import TableRow
 
-from .packs import trust_store
-from .paths import data_dir
-
 Row = TableRow  # the table's row type (library/views.py)
-
-
-def signer_words(signer: str | None, trust: TrustStore) -> str:
-    """How a pack was signed, naming a key you trust (the CLI's `show` and the app's table say the same)."""
-    if not signer:
-        return "unsigned"
-    name = trust.name_of(signer)
-    return f"signed by {signer}" + (f" ({name})" if name else " (not in your trusted keys)")
-
-
-def source_words(row: TableRow, trust: TrustStore) -> str:
-    """The table's source column: "local", or the pack and how it was signed."""
-    if row.pack_file is None:
-        return row.source
-    if not row.signer:
-        return f"{row.pack_file} (unsigned)"
-    name = trust.name_of(row.signer)
-    return f"{row.pack_file} (signed {name})" if name else f"{row.pack_file} (signed, key not trusted here)"
 
 
 class LibraryView:

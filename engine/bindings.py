@@ -41,7 +41,7 @@ def _log_callback(level: int, text: bytes, _user: ctypes.c_void_p) -> None:
             if lvl == logging.WARNING and any(w in line for w in _EXPECTED_WARNINGS):
                 lvl = logging.DEBUG
             log.log(lvl, "%s", line)
-    except Exception:  # never let an exception cross into C
+    except Exception:  # noqa: BLE001 (never let an exception cross into C)
         pass
 
 

@@ -48,7 +48,7 @@ class EngineConfig:
     bits on the CPU backend, nor were n_batch and n_ubatch at the shapes tests/test_determinism.py
     re-checks (flash attention off). The decode schedule does decide the bits in general (some
     splits into calls do, and with flash attention on any split into micro-batches does), so every
-    entry records its schedule (app/replay.py) and replays in it. On a GPU backend the batch shape
+    entry records its schedule (app/proof/replay.py) and replays in it. On a GPU backend the batch shape
     is also in the fingerprint.
     """
 

@@ -30,4 +30,8 @@ class ThreadOwnershipError(EngineError):
 
 
 class Cancelled(EngineError):
-    """A long operation was cancelled between chunks."""
+    """A long operation was cancelled between chunks.
+
+    The one cancel protocol of kvgraft: a progress or streaming callback that wants the work to
+    stop raises Cancelled (no callback signals it by what it returns). A prefill lets it through
+    to its caller; a generation catches it and returns what it decoded, stop_reason "callback"."""

@@ -128,7 +128,7 @@ def probe_schedule(engine) -> tuple[int, int]:
 class ProbeCache:
     """Probe results by key, in one JSON file (written atomically; a damaged file is recomputed).
     An entry counts only when its "version" is `version` (PROBE_VERSION unless another record
-    kind, such as app/graft_checks.py's, keeps its own file)."""
+    kind, such as app/maintain/graft_checks.py's, keeps its own file)."""
 
     def __init__(self, path: Path, version: int = PROBE_VERSION) -> None:
         self.path = Path(path)

@@ -35,10 +35,11 @@ from .state import parse_state, seq_payload, write_seq_header
 
 log = logging.getLogger(__name__)
 
-# on_progress(done_tokens, total_tokens) -> return False to cancel between chunks
-ProgressFn = Callable[[int, int], "bool | None"]
-# on_token(token_id, text_piece) -> return False to stop generating
-TokenFn = Callable[[int, str], "bool | None"]
+# The one cancel protocol of kvgraft (errors.Cancelled): a callback stops the work by raising Cancelled.
+# on_progress(done_tokens, total_tokens), after each chunk: a Cancelled it raises ends the prefill
+ProgressFn = Callable[[int, int], None]
+# on_token(token_id, text_piece), after each token chosen: a Cancelled it raises ends the generation
+TokenFn = Callable[[int, str], None]
 
 
 def tokens_sha256(tokens: Sequence[int]) -> str:
@@ -180,7 +181,12 @@ class Session:
 
     # -- prefill and logits --------------------------------------------------------------------
     def prefill(self, tokens: Sequence[int], on_progress: ProgressFn | None = None) -> None:
-        """Decode `tokens` after what the context holds, in chunks of n_batch (see module doc)."""
+        """Decode `tokens` after what the context holds, in chunks of n_batch (see module doc).
+
+        `on_progress(done, total)` hears of each chunk once it is decoded; a `Cancelled` it raises
+        propagates at once. The context then holds what it held before plus the chunks decoded so far
+        (`tokens` says which), consistent and usable: `reset()` it to reuse it, or close it
+        (LibraryService.session closes its warm context on any exception)."""
         self._check()
         tokens = [int(t) for t in tokens]
         if not tokens:
@@ -197,8 +203,8 @@ class Session:
             chunk = tokens[start : start + n_batch]
             last = start + len(chunk) == total
             self._decode(chunk, want_last_logits=last)
-            if on_progress is not None and on_progress(start + len(chunk), total) is False:
-                raise Cancelled(f"prefill cancelled after {start + len(chunk)} of {total} tokens")
+            if on_progress is not None:
+                on_progress(start + len(chunk), total)  # may raise Cancelled: it goes to the caller
 
     def _decode(self, chunk: list[int], want_last_logits: bool) -> None:
         n = len(chunk)
@@ -239,7 +245,11 @@ class Session:
 
         Stops at `max_tokens`, an end-of-generation token (unless `stop_at_eog` is False: the
         exactness experiment decodes a fixed number of tokens), the first occurrence of any string in
-        `stop` (the text returned is cut before it), a callback returning False, or a full context.
+        `stop` (the text returned is cut before it), `on_token` raising `Cancelled`, or a full context.
+
+        `on_token(token, piece)` hears of each token chosen before it is decoded. A `Cancelled` it raises
+        is not an error here: generation stops and returns what was chosen so far (that token included,
+        not decoded into the context) with stop_reason "callback". Any other exception propagates.
         """
         self._check()
         model = self.engine.model
@@ -265,12 +275,12 @@ class Session:
                 gen.stop_reason = f"stop:{hit}"
                 gen.seconds = time.perf_counter() - t0
                 return gen
-            if (
-                on_token is not None
-                and on_token(tok, model.token_bytes(tok).decode("utf-8", errors="replace")) is False
-            ):
-                gen.stop_reason = "callback"
-                break
+            if on_token is not None:
+                try:
+                    on_token(tok, model.token_bytes(tok).decode("utf-8", errors="replace"))
+                except Cancelled:
+                    gen.stop_reason = "callback"
+                    break
             if self.n_past >= self.n_ctx:
                 gen.stop_reason = "context_full"
                 break

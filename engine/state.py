@@ -64,10 +64,7 @@ class CacheLayout:
 
     def bytes_per_cell(self) -> int:
         k = sum(row for _, row in self.k_rows)
-        if self.v_trans:
-            v = sum(el * n_embd for _, el, n_embd in self.v_rows)
-        else:
-            v = sum(row for _, row, _ in self.v_rows)
+        v = sum(el * n_embd for _, el, n_embd in self.v_rows) if self.v_trans else sum(row for _, row, _ in self.v_rows)
         return k + v
 
 
@@ -219,13 +216,13 @@ def _describe_difference(cache: int, got: CacheLayout, want: CacheLayout) -> str
             f"cache {cache} V layout is {'transposed' if got.v_trans else 'row-major'}, the engine's is not "
             "(snapshots made with flash attention on and off are not interchangeable)"
         )
-    for il, (g, w) in enumerate(zip(got.k_rows, want.k_rows)):
+    for il, (g, w) in enumerate(zip(got.k_rows, want.k_rows, strict=False)):
         if g != w:
             return (
                 f"cache {cache} layer {il} K is {type_name(g[0])} x {g[1]} B, the engine's is {type_name(w[0])} "
                 f"x {w[1]} B"
             )
-    for il, (g, w) in enumerate(zip(got.v_rows, want.v_rows)):
+    for il, (g, w) in enumerate(zip(got.v_rows, want.v_rows, strict=False)):
         if g != w:
             return (
                 f"cache {cache} layer {il} V is {type_name(g[0])} ({g[1]}, {g[2]}), the engine's is "

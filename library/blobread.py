@@ -97,7 +97,7 @@ class ReadPlan:
             dest, length = self.pieces(lo, hi)
             head = [memoryview(self.header_copy)[lo : min(hi, self.c.header_size)]] if lo < self.c.header_size else []
             if len(dest) <= self.MANY:
-                views = head + [self.view[d : d + n] for d, n in zip(dest.tolist(), length.tolist())]
+                views = head + [self.view[d : d + n] for d, n in zip(dest.tolist(), length.tolist(), strict=True)]
                 pread_all(fd, list(views), lo, "")
                 h = hashlib.sha256()
                 for v in views:
@@ -157,4 +157,4 @@ def strided_groups(ranges: np.ndarray) -> list[tuple[int, int, int, int]]:
     firsts = np.flatnonzero(brk)
     counts = np.diff(np.append(firsts, len(starts)))
     strides = np.where(counts > 1, np.append(d, 0)[firsts], 0)
-    return list(zip(starts[firsts].tolist(), counts.tolist(), strides.tolist(), lens[firsts].tolist()))
+    return list(zip(starts[firsts].tolist(), counts.tolist(), strides.tolist(), lens[firsts].tolist(), strict=True))

@@ -63,7 +63,7 @@ def normalize_ranges(ranges, size: int) -> np.ndarray:
         raise ValueError(f"an elided range ends at {int(ends.max()):,}, past the blob's {size:,} bytes")
     out = []
     start, end = int(arr[0, 0]), int(ends[0])
-    for s, e in zip(arr[1:, 0].tolist(), ends[1:].tolist()):
+    for s, e in zip(arr[1:, 0].tolist(), ends[1:].tolist(), strict=True):
         if s <= end:
             end = max(end, e)
         else:
@@ -181,7 +181,7 @@ def pieces(view: memoryview, c: Container) -> list[memoryview]:
     """The stored bytes as a list of views: the header, then each live run of `view`."""
     view = memoryview(view).cast("B")
     canon, length, _ = c.live_segments()
-    return [memoryview(c.header)] + [view[a : a + n] for a, n in zip(canon.tolist(), length.tolist())]
+    return [memoryview(c.header)] + [view[a : a + n] for a, n in zip(canon.tolist(), length.tolist(), strict=True)]
 
 
 def check_zero(view: memoryview, c: Container) -> None:
@@ -199,6 +199,6 @@ def decode(stored, c: Container | None = None) -> bytearray:
         c = parse_header(stored, stored_size=len(stored))
     out = bytearray(c.size)
     canon, length, pos = c.live_segments()
-    for a, n, s in zip(canon.tolist(), length.tolist(), pos.tolist()):
+    for a, n, s in zip(canon.tolist(), length.tolist(), pos.tolist(), strict=True):
         out[a : a + n] = stored[s : s + n]
     return out

@@ -1,9 +1,10 @@
 """Committing a validated pack into a library: all of it or nothing.
 
-The caller (app/packs.py) has already checked the archive, the manifest, the model and
+The caller (app/packs/imports.py) has already checked the archive, the manifest, the model and
 fingerprint, every blob's SHA-256 and state layout, and each entry's tokens. Here the blobs are
 recorded as pending, written (a blob already in the store is not copied again), and then every
-entry, its prefix keys and the pack's row go in ONE transaction. A kill before that commit
+entry (written through `Library.write_entry_row`, library/entry_writes.py, as a deposit writes
+its entry), its prefix keys and the pack's row go in ONE transaction. A kill before that commit
 leaves only reclaimable blobs; after it, the whole pack.
 
 Blobs are stored compact and addressed by their canonical bytes. A format 2 pack carries them
@@ -18,18 +19,16 @@ never ranges a pack declares.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from .entry_writes import PRESENT, entry_row
 from .errors import LibraryError
 from .library import Library, now
-from .normalize import question_key
 from .pack import PackReader
 from .records import UNPROVEN, ModelRecord
-from .schema import insert_prefix_keys
 from .staging import staged
-from .tokens import pack_tokens, tokens_sha256
+from .tokens import tokens_sha256
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,7 @@ def commit_pack(
         proofs = [EntryProof(UNPROVEN, reader.manifest.fingerprint, e.receipt, None, None) for e in entries]
     if len(proofs) != len(entries):
         raise LibraryError("one proof per pack entry is needed")
-    for i, (e, t) in enumerate(zip(entries, tokens)):
+    for i, (e, t) in enumerate(zip(entries, tokens, strict=True)):
         if len(t) != e.n_tokens or tokens_sha256(t) != e.tokens_sha256:
             raise LibraryError(f"entry {i}: its text does not tokenize to the tokens the pack declares")
     shas = reader.blob_shas()
@@ -77,7 +76,7 @@ def commit_pack(
             new = sha
             if canonicalize is not None:  # the ranges stored are the model's dead cells, never the pack's own
                 data = data if isinstance(data, bytearray) else bytearray(data)
-                ranges = canonicalize(data)  # a format 2 blob is already canonical (app/packs.py checked)
+                ranges = canonicalize(data)  # a format 2 blob is already canonical (app/packs/imports.py checked)
                 if not reader.compact:
                     new = hashlib.sha256(data).hexdigest()
             staging.put(data, new, elide=ranges, replaces=sha)  # an intact copy is not written again
@@ -106,9 +105,9 @@ def commit_pack(
                     )
                     .last_pk
                 )
-            for e, t, pr in zip(entries, tokens, proofs):
-                same = lib.find_same(e.tokens_sha256, pr.fingerprint, e.kind, e.question, e.answer)
+            for e, t, pr in zip(entries, tokens, proofs, strict=True):
                 if pr.existing_id is not None:  # its proof is that entry: it must still be there, unchanged
+                    same = lib.find_same(e.tokens_sha256, pr.fingerprint, e.kind, e.question, e.answer)
                     if (
                         same is None
                         or same.id != pr.existing_id
@@ -121,63 +120,26 @@ def commit_pack(
                         )
                     skipped += 1
                     continue
-                if same is not None and same.damaged is None and (same.proven or pr.proof == UNPROVEN):
-                    skipped += 1
-                    continue
-                receipt = json.dumps(pr.receipt, sort_keys=True) if pr.receipt else None
-                schedule = json.dumps(pr.schedule, sort_keys=True) if pr.schedule else None
-                if same is not None:  # an unproven or damaged twin, proven now: it takes the proven state
-                    vouched = pr.vouched_by if e.answer is not None else None
-                    lib._db.execute(
-                        "UPDATE entries SET blob_sha256 = ?, blob_size = ?, proof = ?, receipt = ?, schedule = ?, "
-                        "damaged = NULL, vouched_by = coalesce(?, vouched_by), "
-                        "verified_at = CASE WHEN ? IS NULL THEN verified_at ELSE ? END WHERE id = ?",
-                        [
-                            address[e.blob_sha256],
-                            e.blob_size,
-                            pr.proof,
-                            receipt,
-                            schedule,
-                            vouched,
-                            vouched,
-                            now(),
-                            same.id,
-                        ],
-                    )
-                    imported += 1
-                    continue
-                t_now = now()
-                entry_id = (
-                    lib._db["entries"]
-                    .insert(
-                        {
-                            "kind": e.kind,
-                            "title": e.title,
-                            "question": e.question,
-                            "question_key": question_key(e.question) if e.question else None,
-                            "text": e.text,
-                            "tokens": pack_tokens(t),
-                            "n_tokens": e.n_tokens,
-                            "tokens_sha256": e.tokens_sha256,
-                            "answer": e.answer,
-                            "blob_sha256": address[e.blob_sha256],
-                            "blob_size": e.blob_size,
-                            "fingerprint": pr.fingerprint,
-                            "model_sha256": reader.manifest.model_sha256,
-                            "source": "pack",
-                            "pack_id": pack_id,
-                            "created_at": t_now,
-                            "verified_at": t_now if e.answer is not None and pr.vouched_by else None,
-                            "damaged": None,
-                            "receipt": receipt,
-                            "checker": e.checker,
-                            "proof": pr.proof,
-                            "schedule": schedule,
-                            "vouched_by": pr.vouched_by if e.answer is not None else None,
-                        }
-                    )
-                    .last_pk
+                row = entry_row(
+                    kind=e.kind,
+                    text=e.text,
+                    tokens=t,
+                    blob_sha256=address[e.blob_sha256],
+                    blob_size=e.blob_size,
+                    fingerprint=pr.fingerprint,
+                    model_sha256=reader.manifest.model_sha256,
+                    title=e.title,
+                    question=e.question,
+                    answer=e.answer,
+                    source="pack",
+                    pack_id=pack_id,
+                    receipt=pr.receipt,
+                    checker=e.checker,
+                    proof=pr.proof,
+                    schedule=pr.schedule,
+                    vouched_by=pr.vouched_by if e.answer is not None else None,
                 )
-                insert_prefix_keys(lib._db, entry_id, pack_tokens(t), e.n_tokens)
-                imported += 1
+                _, did = lib.write_entry_row(row)
+                imported += did != PRESENT
+                skipped += did == PRESENT
     return {"imported": imported, "skipped": skipped, "pack_id": pack_id}

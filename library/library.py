@@ -9,12 +9,13 @@ Deposit protocol (what makes kills and concurrent gc safe; see library/maintenan
   2. write the blob (temp file, fsync, rename, fsync dir),
   3. one transaction: blob row, entry row, prefix keys, FTS (by trigger), pending row removed.
 A kill before 3 commits leaves only a reclaimable temp file or orphan blob, never a half entry.
+Entry rows are written in one place, library/entry_writes.py (a deposit, a file's sections, a pack
+import and a rebuild all go through it).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import logging
 import os
 import socket
 import sqlite3
@@ -25,17 +26,20 @@ from typing import Iterator, Sequence
 from sqlite_utils import Database
 
 from .blobstore import BlobStore, StoredBlob, check_sha
+from .entry_writes import EntryWrites
 from .errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
 from .normalize import question_key
 from .provenance import ProvenanceRecords, now
-from .records import GRAFTABLE, KINDS, LOCAL, NOT_KNOWLEDGE, UNPROVEN, Entry, ModelRecord
+from .records import GRAFTABLE, NOT_KNOWLEDGE, UNPROVEN, Entry, ModelRecord
 from .retrieval import Retrieval
-from .schema import insert_prefix_keys, migrations
+from .schema import migrations
 from .sources import SourceRecords
-from .staging import BlobStaging, staged
+from .staging import staged
 from .threads import ThreadRecords
-from .tokens import PREFIX_BLOCK, pack_tokens, prefix_keys, tokens_sha256
+from .tokens import PREFIX_BLOCK, prefix_keys
 from .views import LibraryReads
+
+log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_S = 60.0
 
@@ -47,7 +51,7 @@ def _fts_query(text: str, any_term: bool) -> str | None:
     return (" OR " if any_term else " ").join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-class Library(ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval, SourceRecords):
+class Library(EntryWrites, ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval, SourceRecords):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -99,121 +103,6 @@ class Library(ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval, SourceR
         ):
             return Entry.from_row(row)
         return None
-
-    def add_entry(self, **entry) -> tuple[Entry, bool]:
-        """Store a blob and its entry; return (entry, created). The same deposit twice is one entry.
-        The keywords are `stage_entry`'s."""
-        with staged(self) as staging:
-            existing, pending = self.stage_entry(staging, **entry)
-            if existing is not None:
-                return existing, False
-            same, stored, row, model = pending
-            entry_id = self._commit_entry(same, staging, stored, row, model)
-        return self.get(entry_id), same is None
-
-    def stage_entry(
-        self,
-        staging: BlobStaging,
-        *,
-        kind: str,
-        text: str,
-        tokens: Sequence[int],
-        blob,
-        fingerprint: str,
-        model: ModelRecord | None = None,
-        title: str | None = None,
-        question: str | None = None,
-        answer: str | None = None,
-        blob_sha256: str | None = None,
-        source: str = "local",
-        pack_id: int | None = None,
-        receipt: dict | None = None,
-        checker: str | None = None,
-        elided=None,
-        proof: str = LOCAL,
-        schedule: dict | None = None,
-        vouched_by: str | None = None,
-    ) -> tuple[Entry | None, tuple | None]:
-        """Steps 1-2 of a deposit (library/staging.py): (the intact entry already stored, None), or
-        (None, what `_write_entry_row` commits: (twin to repair, stored blob, row, model)).
-
-        `blob` is the canonical bytes (its SHA-256 is the address); `elided` lists the byte ranges
-        of it that are zero and need not be stored (library/container.py)."""
-        if kind not in KINDS:
-            raise LibraryError(f"kind must be one of {KINDS}, got {kind!r}")
-        if not tokens:
-            raise LibraryError("an entry needs at least one token")
-        tsha = tokens_sha256(tokens)
-        same = self.find_same(tsha, fingerprint, kind, question, answer)
-        if same is not None and same.damaged is None and (same.proven or proof == UNPROVEN):
-            return same, None
-        view = memoryview(blob).cast("B")
-        sha = hashlib.sha256(view).hexdigest()
-        if blob_sha256 is not None and blob_sha256 != sha:
-            raise BlobCorrupt(f"blob bytes hash to {sha}, not the declared {blob_sha256}")
-        stored = staging.put(view, sha, elide=elided)
-        row = dict(
-            kind=kind,
-            title=title,
-            question=question,
-            question_key=question_key(question) if question else None,
-            text=text,
-            tokens=pack_tokens(tokens),
-            n_tokens=len(tokens),
-            tokens_sha256=tsha,
-            answer=answer,
-            blob_sha256=sha,
-            blob_size=len(view),
-            fingerprint=fingerprint,
-            model_sha256=model.sha256 if model else None,
-            source=source,
-            pack_id=pack_id,
-            receipt=json.dumps(receipt, sort_keys=True) if receipt else None,
-            checker=checker,
-            proof=proof,
-            schedule=json.dumps(schedule, sort_keys=True) if schedule else None,
-            vouched_by=vouched_by,
-        )
-        return None, (same, stored, row, model)
-
-    def _commit_entry(
-        self, same: Entry | None, staging: BlobStaging, stored: StoredBlob, row: dict, model: ModelRecord | None
-    ) -> int:
-        with staging.commit():
-            if model is not None:
-                self._insert_model(model)
-            return self._write_entry_row(same, stored, row)
-
-    def _write_entry_row(self, same: Entry | None, stored: StoredBlob, row: dict) -> int:
-        """The entry row for `row` (inside a write transaction, after its blob's row): the one another
-        process committed meanwhile, a damaged or unproven twin repaired, or a new row."""
-        sha, size = stored.sha256, stored.size
-        again = self.find_same(row["tokens_sha256"], row["fingerprint"], row["kind"], row["question"], row["answer"])
-        if again is not None and again.damaged is None and (again.proven or row["proof"] == UNPROVEN):
-            return again.id  # another process committed it meanwhile
-        if same is not None:  # a damaged or unproven twin: point it at the state just made, then it is whole
-            self._db.execute(
-                "UPDATE entries SET blob_sha256 = ?, blob_size = ?, receipt = ?, damaged = NULL, proof = ?, "
-                "schedule = ? WHERE id = ?",
-                [sha, size, row["receipt"], row["proof"], row["schedule"], same.id],
-            )
-            self._db.execute("UPDATE entries SET damaged = NULL WHERE blob_sha256 = ?", [sha])
-            return same.id
-        t = now()
-        entry_id = (
-            self._db["entries"]
-            .insert(
-                {
-                    **row,
-                    "created_at": t,
-                    "verified_at": t if row["answer"] is not None and row["vouched_by"] else None,
-                    "damaged": None,
-                }
-            )
-            .last_pk
-        )
-        insert_prefix_keys(self._db, entry_id, row["tokens"], row["n_tokens"])
-        return entry_id
 
     def replace_blob(self, old: str, data, new: str, elide=None) -> StoredBlob:
         """Store `data` (address `new`, the canonical form of blob `old`) and point every entry of
@@ -281,8 +170,8 @@ class Library(ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval, SourceR
                 for k in range(0, len(ids), 500):
                     part = list(ids[k : k + 500])
                     self._db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part)
-        except sqlite3.Error:
-            pass
+        except sqlite3.Error as exc:  # already failing: say so, and leave the records to gc (older than its grace)
+            log.warning("%d pending blob records were not cleared (%s); kvgraft gc reclaims them", len(ids), exc)
 
     def remove(self, entry_id: int) -> Entry:
         entry = self.get(entry_id)

@@ -11,7 +11,7 @@ fsck separates damage (`problems`: a missing or corrupt blob, an index row that 
 an entry marked damaged) from leftovers of interrupted writes (`reclaimable`: orphan blobs,
 unreferenced blob rows, temp files, stale pending rows), which are not problems. Blobs stored
 before compaction (`uncompacted`) are not problems either: they read and graft as before, and
-`kvgraft fsck --repair` compacts them (app/recompaction.py, which needs the model's window).
+`kvgraft fsck --repair` compacts them (app/maintain/recompaction.py, which needs the model's window).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ KINDS = ("solution", "document", "prefix", "answer", "session")
 # last token of its question suffix) is made where it is used, never exported
 PACK_KINDS = ("solution", "document", "prefix")
 # kinds that are not knowledge to answer from: an answer-ready state (its solution is the knowledge) and a
-# session (a conversation's state, app/chat.py); ask, search and the library's token count skip them (SQL)
+# session (a conversation's state, app/answer/chat.py); ask, search and the library's token count skip them (SQL)
 NOT_KNOWLEDGE = "('answer', 'session')"
 UNPROVEN = "unproven"
 LOCAL = "local"

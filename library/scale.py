@@ -1,4 +1,4 @@
-"""Bulk rows for the lookup-scale benchmark (app/bench_scale.py, scripts/bench_lookup.py).
+"""Bulk rows for the lookup-scale benchmark (app/lab/bench_scale.py, scripts/bench_lookup.py).
 
 The rows name one shared blob and skip the deposit protocol on purpose: they measure the index
 (exact question, longest prefix, full text) at 1K-100K entries, in a throwaway library.

@@ -113,7 +113,7 @@ def m006_compaction(db: Database) -> None:
     `stored_size`: bytes on disk (NULL for a plain pre-compaction file, whose size is `size`).
     `canonical`: 1 when the address is of canonical bytes; older rows are converted, with their
     entries re-pointed and the old address kept in `blob_aliases`, by `kvgraft fsck --repair`
-    (app/recompaction.py), which needs the model's window and so cannot run inside SQL."""
+    (app/maintain/recompaction.py), which needs the model's window and so cannot run inside SQL."""
     db["blobs"].add_column("stored_size", int)
     db["blobs"].add_column("canonical", int)
     db["blob_aliases"].create({"legacy_sha256": str, "sha256": str, "converted_at": str}, pk="legacy_sha256")
@@ -157,7 +157,7 @@ def m008_drop_receipts_table(db: Database) -> None:
 
 @migrations()
 def m009_threads(db: Database) -> None:
-    """Conversations (app/chat.py). A thread is a system prompt, a prompt format and turns; each turn
+    """Conversations (app/answer/chat.py). A thread is a system prompt, a prompt format and turns; each turn
     keeps the transcript's tokens as the KV holds them after the reply, the `session` entry whose state
     is that transcript, and the decode schedule that made it (JSON, as entries.schedule: a replay of
     it in a new context must give the same logits before the reply: `logits_sha256`)."""
@@ -197,7 +197,7 @@ def m009_threads(db: Database) -> None:
 
 @migrations()
 def m010_sources(db: Database) -> None:
-    """Files deposited as documents (app/documents.py). A source is a file's resolved path under one
+    """Files deposited as documents (app/ingest/documents.py). A source is a file's resolved path under one
     engine fingerprint, the SHA-256 of the bytes it was read from, and its title; its sections are
     entries (`source_sections`: section n of the file is entry_id, under that heading). A file that
     fits the context is one section holding its text verbatim. Re-depositing an unchanged file is a

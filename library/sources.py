@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from .entry_writes import NEW, StagedEntry
 from .errors import LibraryError
 from .provenance import now
 from .records import Entry
@@ -65,7 +66,7 @@ class _Section:
     heading: str | None
     title: str | None
     found: Entry | None  # an entry already stored, reused
-    pending: tuple | None  # what `Library.stage_entry` staged: written by the commit
+    pending: StagedEntry | None  # what `Library.stage_entry` staged: written by the commit
 
 
 class SourceUpdate:
@@ -119,11 +120,8 @@ class SourceUpdate:
                     if mine and sec.title and sec.found.title != sec.title:
                         db.execute("UPDATE entries SET title = ? WHERE id = ?", [sec.title, i])
                 else:
-                    same, stored, entry_row, model = sec.pending
-                    if model is not None:
-                        lib._insert_model(model)
-                    i = lib._write_entry_row(same, stored, entry_row)
-                    mine = same is None or bool(old.get(i))
+                    i, did = lib.write_staged(sec.pending)
+                    mine = did == NEW or bool(old.get(i))
                 ids.append(i)
                 owned.append(int(mine))
             if sid is None:
@@ -151,7 +149,10 @@ class SourceUpdate:
                 )
             db.conn.executemany(
                 "INSERT INTO source_sections (source_id, n, entry_id, heading, owned) VALUES (?, ?, ?, ?, ?)",
-                [(sid, n, i, sec.heading, o) for n, (i, o, sec) in enumerate(zip(ids, owned, self._sections), 1)],
+                [
+                    (sid, n, i, sec.heading, o)
+                    for n, (i, o, sec) in enumerate(zip(ids, owned, self._sections, strict=True), 1)
+                ],
             )
             removed = []
             for i in sorted(i for i, o in old.items() if o and i not in set(ids)):

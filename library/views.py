@@ -20,7 +20,7 @@ class TableRow:
     title: str
     tokens: int
     verified: bool  # an answer is stored and someone vouched for it
-    source: str  # "local", or the pack's file name and how it was signed (app/library_view.source_words)
+    source: str  # "local", or the pack's file name and how it was signed (app/packs/trust.source_words)
     graftable: bool  # this engine may graft it: its fingerprint, intact, proven
     damaged: str | None
     proof: str = "unproven"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from kvgraft.app.bench_scale import lookup_scale  # noqa: E402
+from kvgraft.app.lab.bench_scale import lookup_scale  # noqa: E402
 
 
 def main() -> None:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvgraft.app.library_service import LibraryService  # noqa: E402
-from kvgraft.app.runtime import Settings, open_engine  # noqa: E402
-from kvgraft.app.textgen import prefix_tokens  # noqa: E402
+from kvgraft.app.core.runtime import Settings, open_engine  # noqa: E402
+from kvgraft.app.core.textgen import prefix_tokens  # noqa: E402
+from kvgraft.app.service import LibraryService  # noqa: E402
 from kvgraft.engine.compare import logits_sha256  # noqa: E402
 from kvgraft.library.library import Library  # noqa: E402
 

@@ -30,10 +30,10 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="kvgraft-fuzz-"))
     os.environ["KVGRAFT_HOME"] = str(work / "home")
 
-    from kvgraft.app.library_service import LibraryService
-    from kvgraft.app.model_store import embedded_model_path, model_sha256
-    from kvgraft.app.packs import build_pack
-    from kvgraft.app.problems import Problem, write_jsonl
+    from kvgraft.app.core.model_store import embedded_model_path, model_sha256
+    from kvgraft.app.packs.export import build_pack
+    from kvgraft.app.proof.problems import Problem, write_jsonl
+    from kvgraft.app.service import LibraryService
     from kvgraft.engine.config import EngineConfig
     from kvgraft.engine.engine import Engine
     from kvgraft.library.library import Library

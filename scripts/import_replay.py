@@ -28,10 +28,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--problems", type=int, default=12)
     args = ap.parse_args()
-    from kvgraft.app.library_service import LibraryService
-    from kvgraft.app.packs import build_pack
-    from kvgraft.app.problems import starter_problems, write_jsonl
-    from kvgraft.app.runtime import Settings, open_engine
+    from kvgraft.app.core.runtime import Settings, open_engine
+    from kvgraft.app.lab.starter_problems import starter_problems
+    from kvgraft.app.packs.export import build_pack
+    from kvgraft.app.proof.problems import write_jsonl
+    from kvgraft.app.service import LibraryService
     from kvgraft.library.library import Library
 
     engine = open_engine(Settings())
@@ -69,8 +70,8 @@ def main() -> int:
                 rows.append((e.n_tokens, e.proof, prefill, graft))
     tokens = sum(r[0] for r in rows)
     print(
-        f"pack: {built['entries']} solutions of {min(r[0] for r in rows):,}-{max(r[0] for r in rows):,} tokens "
-        f"({tokens:,} in all), {built['bytes'] / 1e6:.1f} MB"
+        f"pack: {built.entries} solutions of {min(r[0] for r in rows):,}-{max(r[0] for r in rows):,} tokens "
+        f"({tokens:,} in all), {built.bytes / 1e6:.1f} MB"
     )
     print(
         f"kvgraft import: {res['imported']} entries, {res['replayed']} replayed in {res['replay_s']:.1f} s "

@@ -5,7 +5,7 @@
 
 Builds N invented documents (a fact about made-up names inside 1,000 to 2,500 words of filler, so
 the model cannot know it), writes each to a .txt file and deposits the files as `kvgraft deposit
-FILE...` does (app/documents.py), and asks one question per document plus N/3 questions
+FILE...` does (app/ingest/documents.py), and asks one question per document plus N/3 questions
 about names that are in no document. It reports: retrieval hit rate (the right document first and
 above the threshold), accuracy from the library (`kvgraft ask`), accuracy fresh (no library), the
 ceiling (the right document given with --context), false retrievals on the absent questions, the
@@ -28,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvgraft.app.ask import RETRIEVAL_MIN_COVERAGE, ask  # noqa: E402
-from kvgraft.app.documents import deposit_file  # noqa: E402
-from kvgraft.app.library_service import LibraryService, open_library  # noqa: E402
-from kvgraft.app.runtime import Settings, open_engine  # noqa: E402
-from kvgraft.app.textgen import synthetic_text  # noqa: E402
+from kvgraft.app.answer.ask import RETRIEVAL_MIN_COVERAGE, ask  # noqa: E402
+from kvgraft.app.core.runtime import Settings, open_engine  # noqa: E402
+from kvgraft.app.core.textgen import synthetic_text  # noqa: E402
+from kvgraft.app.ingest.documents import deposit_file  # noqa: E402
+from kvgraft.app.service import LibraryService, open_library  # noqa: E402
 
 SYLLABLES = "dor mar vel qu ist an bel tor ren sal mi ka lo thu ven gri os pa zel run fe ad ko lys".split()
 ROLES = ["lighthouse keeper", "harbor master", "head brewer", "chief archivist", "bridge warden", "clockmaker"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvgraft.app.textgen import synthetic_text  # noqa: E402
+from kvgraft.app.core.textgen import synthetic_text  # noqa: E402
 
 FACT = "The keeper of the Osrenmi lighthouse is Tessaly Vorquin."
 

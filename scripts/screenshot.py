@@ -22,10 +22,10 @@ os.environ["KVGRAFT_HOME"] = tempfile.mkdtemp(prefix="kvgraft-shot-")
 from PySide6.QtCore import QSettings  # noqa: E402
 from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from kvgraft.app.library_service import LibraryService, open_library  # noqa: E402
-from kvgraft.app.problems import starter_problems  # noqa: E402
-from kvgraft.app.runtime import Settings, open_engine  # noqa: E402
-from kvgraft.app.textgen import synthetic_text  # noqa: E402
+from kvgraft.app.core.runtime import Settings, open_engine  # noqa: E402
+from kvgraft.app.core.textgen import synthetic_text  # noqa: E402
+from kvgraft.app.lab.starter_problems import starter_problems  # noqa: E402
+from kvgraft.app.service import LibraryService, open_library  # noqa: E402
 from kvgraft.ui.main_window import MainWindow  # noqa: E402
 
 

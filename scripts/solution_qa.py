@@ -3,7 +3,7 @@
 
     .venv/bin/python scripts/solution_qa.py [--problems 24] [--seed 101] [--home DIR] [--json]
 
-Deposits N starter problems (app/problems.py: one template, numbers drawn from --seed; answers
+Deposits N starter problems (app/proof/problems.py: one template, numbers drawn from --seed; answers
 computed by their generator, so verified) as solutions, then asks, for each:
 - its question in other words, with the same numbers (one of three paraphrase templates): it should
   be answered from its own solution (retrieved, right entry, right answer);
@@ -13,7 +13,7 @@ computed by their generator, so verified) as solutions, then asks, for each:
 It reports the hit rate, the accuracy from the library and fresh (no library), the false retrievals
 for siblings and decoys, and the wording share (the plain share of the question's non-number words a
 solution with the same numbers holds) of right hits and of decoys, to tune SOLUTION_MIN_WORDING
-(app/ask.py): tune with one seed (default 101), report with another (the README uses seed 1).
+(app/answer/ask.py): tune with one seed (default 101), report with another (the README uses seed 1).
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvgraft.app.ask import SOLUTION_MIN_WORDING, ask  # noqa: E402
-from kvgraft.app.checker import get_checker  # noqa: E402
-from kvgraft.app.library_service import LibraryService, open_library  # noqa: E402
-from kvgraft.app.problems import GENERATOR, starter_problems  # noqa: E402
-from kvgraft.app.runtime import Settings, open_engine  # noqa: E402
+from kvgraft.app.answer.ask import SOLUTION_MIN_WORDING, ask  # noqa: E402
+from kvgraft.app.core.runtime import Settings, open_engine  # noqa: E402
+from kvgraft.app.lab.starter_problems import GENERATOR, starter_problems  # noqa: E402
+from kvgraft.app.proof.checkers import get_checker  # noqa: E402
+from kvgraft.app.service import LibraryService, open_library  # noqa: E402
 from kvgraft.library.retrieval import same_numbers  # noqa: E402
 
 _TEMPLATE = re.compile(

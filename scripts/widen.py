@@ -51,11 +51,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kvgraft.app.library_service import LibraryService  # noqa: E402
-from kvgraft.app.packs import export_pack, import_pack  # noqa: E402
-from kvgraft.app.prompts import DOCUMENT_PROBE  # noqa: E402
-from kvgraft.app.runtime import Settings, open_engine  # noqa: E402
-from kvgraft.app.textgen import synthetic_text  # noqa: E402
+from kvgraft.app.core.runtime import Settings, open_engine  # noqa: E402
+from kvgraft.app.core.textgen import synthetic_text  # noqa: E402
+from kvgraft.app.packs.export import export_pack  # noqa: E402
+from kvgraft.app.packs.imports import import_pack  # noqa: E402
+from kvgraft.app.proof.prompts import DOCUMENT_PROBE  # noqa: E402
+from kvgraft.app.service import LibraryService  # noqa: E402
 from kvgraft.engine.compare import logits_sha256  # noqa: E402
 from kvgraft.library.library import Library  # noqa: E402
 from scripts.widen_qa import qa_compare, qa_fill, qa_summary  # noqa: E402
@@ -215,7 +216,7 @@ def baseline(args, service: LibraryService, home: Path, log) -> None:
     if small.count() < 10:
         pack = home / "first10.kvpack"
         export_pack(wide, first, pack)
-        log({"event": "baseline_import", **import_pack(small_service, pack)})
+        log({"event": "baseline_import", **import_pack(small_service, pack).as_dict()})
     n = small.count()
     for k in range(n - 10, 90):
         small_service.deposit(
@@ -310,7 +311,7 @@ def main() -> None:
         return
     home.mkdir(parents=True, exist_ok=True)
     os.environ["KVGRAFT_HOME"] = str(home / "wide")  # packs' trust store etc. live in the wide library
-    logf = open(home / "widen.jsonl", "a")
+    logf = open(home / "widen.jsonl", "a")  # noqa: SIM115 (open for the whole run, closed at exit)
 
     def log(obj: dict) -> None:
         obj = {"at": time.strftime("%Y-%m-%dT%H:%M:%S"), **obj}

@@ -13,7 +13,7 @@ import random
 import statistics
 from pathlib import Path
 
-from kvgraft.app.library_service import LibraryService
+from kvgraft.app.service import LibraryService
 from kvgraft.library.library import Library
 from scripts.library_qa import BUDGET as QA_BUDGET
 from scripts.library_qa import absent_question, make_doc
@@ -31,7 +31,7 @@ def _place(title: str) -> str:
 
 def qa_ask(service: LibraryService, stored: list[dict], n_ask: int, seed: int) -> dict:
     """Ask the questions of `n_ask` random stored documents, and n_ask/3 about absent names."""
-    from kvgraft.app.ask import ask
+    from kvgraft.app.answer.ask import ask
 
     rng = random.Random(seed)
     # a question is about one document: documents whose place shares its name with another's (drawn before
@@ -78,7 +78,7 @@ def qa_ask(service: LibraryService, stored: list[dict], n_ask: int, seed: int) -
         "absent_questions": len(absent),
         "absent": [
             {"question": q, "retrieved": a.entry_id if a.source == "retrieved" else None, "coverage": a.coverage}
-            for q, a in zip(absent_qs, absent)
+            for q, a in zip(absent_qs, absent, strict=True)
         ],
         "median_ms": statistics.median(r["ms"] for r in rows),
         "median_ttft_ms": statistics.median([r["ttft_ms"] for r in rows if r["ttft_ms"] is not None] or [0.0]),
@@ -123,7 +123,7 @@ def qa_fill(args, service: LibraryService, home: Path, log) -> None:
 
 def qa_compare(args, service: LibraryService, home: Path, log) -> None:
     """The first documents' questions, asked of a library of just those documents and of the wide one."""
-    from kvgraft.app.ask import ask
+    from kvgraft.app.answer.ask import ask
 
     stored = _book(home / "qa_docs.jsonl", args.seed)
     first = [d for d in stored if sum(x["place"] == d["place"] for x in stored) == 1][: args.compare_docs]

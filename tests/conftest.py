@@ -20,7 +20,7 @@ def kvgraft_home(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="session")
 def model_path():
-    from kvgraft.app.model_store import embedded_model_path
+    from kvgraft.app.core.model_store import embedded_model_path
 
     return embedded_model_path()
 
@@ -28,7 +28,7 @@ def model_path():
 @pytest.fixture(scope="session")
 def engine(model_path):
     """The real Gemma 3 270M, default config (flash attention off, f16 KV, n_ctx 8192)."""
-    from kvgraft.app.model_store import model_sha256
+    from kvgraft.app.core.model_store import model_sha256
     from kvgraft.engine.config import EngineConfig
     from kvgraft.engine.engine import Engine
 

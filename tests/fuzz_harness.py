@@ -8,6 +8,7 @@ instead of a dead test run, without paying a process start per case.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -18,8 +19,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvgraft.app.library_service import LibraryService
-from kvgraft.app.packs import import_pack
+from kvgraft.app.packs.imports import import_pack
+from kvgraft.app.service import LibraryService
 from kvgraft.engine.errors import SnapshotError
 from kvgraft.engine.state import parse_state
 from kvgraft.library.errors import LibraryError
@@ -135,13 +136,13 @@ def fuzz_pack_import(engine, good_pack: Path, work: Path, cases: int, seed: int,
                 res = import_pack(service, case)
                 stats.imported += 1
                 n_manifest = len(PackReader(case).manifest.entries)
-                if res["imported"] + res["skipped"] != n_manifest:
+                if res.imported + res.skipped != n_manifest:
                     stats.partial_imports += 1
             except LibraryError:
                 stats.refused += 1
                 if lib.count() != before_entries:
                     stats.partial_imports += 1
-            except Exception as exc:  # anything untyped is a finding
+            except Exception as exc:  # noqa: BLE001 (anything untyped is a finding)
                 stats.other_errors.append(f"pack case {i}: {type(exc).__name__}: {exc}")
             stray = {p for p in _tree(work) - before_tree if not p.startswith("home")}
             stats.stray_files += len(stray)
@@ -183,10 +184,8 @@ class GraftServer:
         return json.loads(line) if line else None
 
     def close(self) -> int:
-        try:
+        with contextlib.suppress(OSError):
             self.proc.stdin.close()
-        except OSError:
-            pass
         return self.proc.wait(timeout=60)
 
 
@@ -213,7 +212,7 @@ def fuzz_snapshots(
             except SnapshotError:
                 stats.refused += 1
                 continue
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 (anything untyped is a finding)
                 stats.other_errors.append(f"snapshot case {i}: {type(exc).__name__}: {exc}")
                 continue
             stats.accepted_states += 1

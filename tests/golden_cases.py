@@ -1,8 +1,17 @@
-"""The fixed prompts behind tests/golden/engine_golden.json (shared by the test and scripts/make_golden.py)."""
+"""The fixed prompts behind tests/golden/engine_golden-<family>.json (shared by the test and scripts/make_golden.py).
+
+A family is every machine whose llama.cpp gives the same probe hashes (engine/probe.py): the bits,
+not a CPU string, decide. Each family's file is named for the machine that made it first (its best
+SIMD feature set and CPU vendor), and holds that family's own hashes for the same cases.
+"""
 
 from __future__ import annotations
 
-from kvgraft.app.textgen import prefix_tokens
+import json
+import re
+from pathlib import Path
+
+from kvgraft.app.core.textgen import prefix_tokens
 from kvgraft.engine.compare import logits_sha256
 
 CASES = [
@@ -42,3 +51,28 @@ def compute_case(engine, case: dict) -> dict:
 
 
 HASH_KEYS = ("snapshot_sha256", "raw_snapshot_sha256", "snapshot_bytes", "elided_bytes", "logits_sha256")
+
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+
+
+def family_files() -> dict[Path, dict]:
+    """Every committed family's golden file, parsed, by path."""
+    return {p: json.loads(p.read_text()) for p in sorted(GOLDEN_DIR.glob("engine_golden-*.json"))}
+
+
+def matching_family(probe: dict, families: dict[Path, dict]) -> Path | None:
+    """The family whose probe equals `probe` (this machine's bits), if one is committed."""
+    return next((path for path, golden in families.items() if golden["probe"] == probe), None)
+
+
+def family_name(environment: dict) -> str:
+    """A file-name slug for a new family: its widest vector ISA and its CPU, e.g. "avx512-intel-xeon"."""
+    info = environment.get("system_info", "")
+    isa = next((name for flag, name in _ISAS if re.search(rf"\b{flag} = 1", info)), "generic")
+    cpu = re.sub(r"\(r\)|\(tm\)|processor|cpu|\d+-core", " ", str(environment.get("cpu", "")).lower())
+    words = re.findall(r"[a-z]+", cpu)[:2] or [str(environment.get("machine", "unknown")).lower()]
+    return "-".join([isa, *words])
+
+
+_ISAS = (("AVX512", "avx512"), ("AVX2", "avx2"), ("AVX", "avx"), ("SSE3", "sse3"), ("NEON", "neon"))

@@ -14,13 +14,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> int:
-    from kvgraft.app.model_store import model_sha256
+    from kvgraft.app.core.model_store import model_sha256
     from kvgraft.engine.config import EngineConfig
     from kvgraft.engine.engine import Engine
     from kvgraft.engine.errors import EngineError
 
     model_path, n_ctx = Path(sys.argv[1]), int(sys.argv[2])
-    from kvgraft.app.runtime import probe_cache
+    from kvgraft.app.core.runtime import probe_cache
 
     engine = Engine.load(
         EngineConfig(model_path=model_path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx),

@@ -13,8 +13,8 @@ from pathlib import Path
 
 def main() -> int:
     model_path, cases_file = sys.argv[1], Path(sys.argv[2])
-    from kvgraft.app.model_store import model_sha256
-    from kvgraft.app.runtime import probe_cache
+    from kvgraft.app.core.model_store import model_sha256
+    from kvgraft.app.core.runtime import probe_cache
     from kvgraft.engine.config import EngineConfig
     from kvgraft.engine.engine import Engine
     from kvgraft.engine.errors import EngineError

@@ -16,12 +16,14 @@ import time
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from PySide6.QtCore import QEventLoop, QTimer  # noqa: E402
-from PySide6.QtWidgets import QApplication, QInputDialog  # noqa: E402
+from PySide6.QtWidgets import QApplication  # noqa: E402
 
-from kvgraft.app.runtime import Settings  # noqa: E402
+from kvgraft.app.core.runtime import Settings  # noqa: E402
 from kvgraft.ui import main_window  # noqa: E402
+from kvgraft.ui.deposit_dialog import DepositAnswerDialog  # noqa: E402
 
-QUESTIONS = ["What is the capital of France?"]
+# an answer that ends by itself: only such an answer can be deposited
+QUESTIONS = ["A hut holds 4 barrels and gets 5 more. How many barrels does it hold?"]
 
 
 def main() -> int:
@@ -45,8 +47,16 @@ def main() -> int:
             win.ask()
             wait(lambda: win.last_answer is not None and not win.progress.isVisible())
             seen["answers"] += 1
-        # the deposit dialog, answered as a user would (confirming the model's first line)
-        QInputDialog.getText = staticmethod(lambda *a, **k: ("Paris", True))
+        # the deposit dialog, answered as a user would: correct the short answer, tick the box, Deposit
+        seen["depositable"] = bool(win.last_answer.get("depositable"))
+
+        def confirm(dlg):
+            dlg.final_answer.setText("9")
+            dlg.checked.setChecked(True)
+            dlg.deposit_button.click()
+            return dlg.result()
+
+        DepositAnswerDialog.exec = confirm
         win._deposit_answer()
         wait(lambda: any(t == "Deposited" for t, _ in win.messages))
         # a settings change that restarts the engine thread

@@ -12,8 +12,9 @@ import itertools
 import pytest
 from click.testing import CliRunner
 
-from kvgraft.app import bench, selftest
 from kvgraft.app.cli import common
+from kvgraft.app.lab import bench, bench_report
+from kvgraft.app.maintain import selftest
 from kvgraft.engine.compaction import dead_cells
 from kvgraft.entry import cli
 from kvgraft.library.library import Library
@@ -67,7 +68,7 @@ def test_markdown_says_what_fresh_exact_means(engine, tmp_path):
     with Library(tmp_path / "lib") as lib:
         results, _ = bench.prefix_methods(engine, lib, 24, 2, _quiet)
     res = {"results": results}
-    text = bench.method_table(res)
+    text = bench_report.method_table(res)
     assert "| fresh |" in text and "exact" in text
     assert "SHA-256-equal to each other" in text
 
@@ -132,14 +133,14 @@ def test_past_window_count_needs_a_window():
 def test_selftest_without_window_counts_none(engine, monkeypatch):
     monkeypatch.setattr(selftest, "MAX_PREFIX", 40)
     res = selftest.run_selftest(_NoWindowEngine(engine), 2, seed=1, n_gen=2)
-    assert res["n_swa"] == 0 and res["past_sliding_window"] is None
-    assert res["sha256_equal"] == 2
+    assert res.n_swa == 0 and res.past_sliding_window is None
+    assert res.sha256_equal == 2
 
 
 def test_selftest_real_window_still_counts(engine, monkeypatch):
     monkeypatch.setattr(selftest, "MAX_PREFIX", 40)
     res = selftest.run_selftest(engine, 2, seed=1, n_gen=2)
-    assert res["n_swa"] == 512 and res["past_sliding_window"] == 0
+    assert res.n_swa == 512 and res.past_sliding_window == 0
 
 
 @pytest.mark.parametrize("no_window", [True, False])

@@ -1,4 +1,4 @@
-"""Conversations (app/chat.py): threads resume from their stored state, exactly in the only sense the
+"""Conversations (app/answer/chat.py): threads resume from their stored state, exactly in the only sense the
 bits allow (the logits before a reply equal a replay of the thread's own decode schedule in a new
 context), across processes, after a fork, after gc, with a chat template or the plain format.
 
@@ -16,12 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from kvgraft.app.chat import ChatError, ChatService, thread_listing, thread_view
-from kvgraft.app.chat_format import PLAIN, ChatFormat
-from kvgraft.app.library_service import LibraryService, open_library
-from kvgraft.app.model_store import model_sha256
+from kvgraft.app.answer.chat import ChatError, ChatService, thread_listing, thread_view
+from kvgraft.app.core.model_store import model_sha256
+from kvgraft.app.proof.chat_format import PLAIN, ChatFormat
+from kvgraft.app.service import LibraryService, open_library
 from kvgraft.engine.config import EngineConfig
 from kvgraft.engine.engine import Engine
+from kvgraft.engine.errors import Cancelled
 from kvgraft.library.maintenance import gc
 from scripts.synthetic_gguf import write_synthetic_gguf
 
@@ -207,11 +208,12 @@ def test_a_stopped_reply_leaves_a_consistent_thread(chatml_engine, tmp_path):
         t = chats.new_thread()
         seen = []
 
-        def stop_after_three(tok, piece):
-            seen.append(tok)
-            return len(seen) < 3
+        def stop_after_three(piece):
+            seen.append(piece)
+            if len(seen) == 3:
+                raise Cancelled("enough")
 
-        r = chats.say(t.id, "tell me a long story", max_tokens=40, on_token=stop_after_three)
+        r = chats.say(t.id, "tell me a long story", max_tokens=40, on_text=stop_after_three)
         assert r.stop_reason == "callback" and r.tokens_decoded == 2  # the third token was seen, not decoded
         nxt = chats.say(t.id, "go on", max_tokens=4, check=True)
         assert nxt.tokens_restored == r.tokens and nxt.exact is True
@@ -220,7 +222,7 @@ def test_a_stopped_reply_leaves_a_consistent_thread(chatml_engine, tmp_path):
 
 
 def test_sessions_are_not_knowledge_and_verify_by_replay(chatml_engine, tmp_path):
-    from kvgraft.app.verification import verify_targets
+    from kvgraft.app.verify.batch import verify_targets
 
     chats, service, lib = _chats(chatml_engine, tmp_path)
     try:
@@ -250,7 +252,7 @@ def test_the_interactive_loop(synthetic, kvgraft_home, tmp_path, monkeypatch):
 
 
 def test_ask_puts_a_fresh_question_through_an_instruct_models_template(chatml_engine, engine, tmp_path):
-    from kvgraft.app.ask import ask
+    from kvgraft.app.answer.ask import ask
 
     q = "which word came up most often"
     for eng, expect in ((chatml_engine, "template:"), (engine, "qa-v1")):

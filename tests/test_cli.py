@@ -52,7 +52,7 @@ def test_selftest_json(shared_engine):
 
 
 def test_selftest_lengths_cover_the_window():
-    from kvgraft.app.selftest import sample_lengths
+    from kvgraft.app.maintain.selftest import sample_lengths
 
     lengths = sample_lengths(50, seed=0)
     assert len(lengths) == 50 and min(lengths) >= 1 and max(lengths) <= 3000

@@ -15,10 +15,10 @@ import struct
 import numpy as np
 import pytest
 
-from kvgraft.app.library_service import LibraryService, model_record, open_library
-from kvgraft.app.recompaction import compact_library
-from kvgraft.app.textgen import prefix_tokens
-from kvgraft.app.verify import compare_receipts, library_items, run_verify
+from kvgraft.app.core.textgen import prefix_tokens
+from kvgraft.app.maintain.recompaction import compact_library
+from kvgraft.app.service import LibraryService, model_record, open_library
+from kvgraft.app.verify.items import compare_receipts, library_items, run_verify
 from kvgraft.engine.compaction import WindowSpec, canonicalize, dead_cells, dead_ranges, is_canonical
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.engine.state import parse_state
@@ -385,7 +385,7 @@ def test_cli_fsck_repair_compacts_with_the_window_from_the_gguf(service, engine)
 def test_short_old_blob_keeps_its_address_and_exports(service, engine, tmp_path):
     """Under the window there is nothing to zero: the address stays, the plain file is kept as it
     is (never replaced under a reader), and export wraps it as a format 2 member."""
-    from kvgraft.app.packs import export_pack
+    from kvgraft.app.packs.export import export_pack
     from kvgraft.library.pack import PackReader
 
     entry, raw = _make_legacy(service, engine, "A short note about eleven green doors, " * 20)
@@ -410,7 +410,8 @@ def test_compaction_skips_blobs_whose_model_is_not_here(service, engine):
 
 def test_format_1_pack_imports_compacted(service, engine, probe, tmp_path):
     """A pack written before compaction (format 1: llama.cpp's bytes, named by their SHA-256)."""
-    from kvgraft.app.packs import export_pack, import_pack
+    from kvgraft.app.packs.export import export_pack
+    from kvgraft.app.packs.imports import import_pack
     from kvgraft.library.pack import PackError, PackReader, write_pack
 
     text = engine.model.detokenize(prefix_tokens(engine.model, 1100, seed=11)[1:])
@@ -449,9 +450,9 @@ def test_format_1_pack_imports_compacted(service, engine, probe, tmp_path):
     old = tmp_path / "old.kvpack"
     write_pack(old, manifest, [(raw.sha256, lambda: bytes(raw.data))])
     res = import_pack(service, old)
-    assert res["imported"] == 1
+    assert res.imported == 1
     [e] = service.library.entries()
-    assert e.proof == "replayed" and res["replayed"] == 1  # an old pack's state is proven by a replay here
+    assert e.proof == "replayed" and res.replayed == 1  # an old pack's state is proven by a replay here
     assert e.blob_sha256 != raw.sha256 and service.library.blobs.size(e.blob_sha256) < 0.7 * len(raw.data)
     assert (
         service.library._db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvgraft.app.textgen import prefix_tokens
+from kvgraft.app.core.textgen import prefix_tokens
 from kvgraft.engine.compare import compare_logits
 
 N = 700  # past the sliding window

@@ -1,4 +1,4 @@
-"""Documents in, from anywhere (app/documents.py, library/sources.py): files that fit stored verbatim,
+"""Documents in, from anywhere (app/ingest/documents.py, library/sources.py): files that fit stored verbatim,
 longer ones in sections, a file's identity by its path, re-deposits, PDFs, the CLI's shapes. On a
 synthetic model through real llama.cpp and a real SQLite index; whether answers are right from a
 deposited file is the real model's test (tests/test_documents_ask.py)."""
@@ -10,16 +10,17 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from kvgraft.app.ask import ask
+from kvgraft.app.answer.ask import ask
 from kvgraft.app.cli import common
-from kvgraft.app.documents import DocumentError, deposit_file, read_context_file, split_sections
-from kvgraft.app.library_service import LibraryService, open_library
-from kvgraft.app.model_store import model_sha256
-from kvgraft.app.textgen import synthetic_text
+from kvgraft.app.core.model_store import model_sha256
+from kvgraft.app.core.textgen import synthetic_text
+from kvgraft.app.ingest.documents import DocumentError, deposit_file, read_context_file, split_sections
+from kvgraft.app.service import LibraryService, open_library
 from kvgraft.engine.config import EngineConfig
 from kvgraft.engine.engine import Engine
 from kvgraft.engine.errors import Cancelled
 from kvgraft.entry import cli
+from kvgraft.library.errors import EntryNotFound
 from scripts.synthetic_gguf import write_synthetic_gguf
 
 from .pdf_file import write_pdf
@@ -136,7 +137,7 @@ def test_redeposit_unchanged_is_a_no_op_and_a_change_replaces_the_sections(servi
     assert [e.id for e in changed.entries[:-1]] == [e.id for e in first.entries[:-1]]
     assert lib.count() == len(changed.entries)
     assert "Osk Varrel" in changed.entries[-1].text
-    with pytest.raises(Exception):
+    with pytest.raises(EntryNotFound):
         lib.get(first.entries[-1].id)
     # the same bytes at another path are another file, sharing the stored states
     g = tmp_path / "copy.md"

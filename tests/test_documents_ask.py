@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import kvgraft.app.cli.common as common
-from kvgraft.app.textgen import synthetic_text
+from kvgraft.app.core.textgen import synthetic_text
 from kvgraft.entry import cli
 
 

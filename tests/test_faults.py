@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kvgraft.app.library_service import LibraryService, open_library
-from kvgraft.app.packs import export_pack, import_pack
-from kvgraft.app.textgen import synthetic_text
+from kvgraft.app.core.textgen import synthetic_text
+from kvgraft.app.packs.export import export_pack
+from kvgraft.app.packs.imports import import_pack
+from kvgraft.app.service import LibraryService, open_library
 from kvgraft.library.errors import BlobCorrupt, StorageFull
 from kvgraft.library.library import Library
 from kvgraft.library.maintenance import fsck
@@ -88,7 +89,7 @@ def test_disk_full_during_import(engine, small_disk, tmp_path, monkeypatch):
     with Library(src) as lib:
         service = LibraryService(engine, lib)
         entries = [service.deposit(synthetic_text(n, seed=n)).entry for n in (300, 320, 340)]  # ~8 MB each
-        pack = export_pack(lib, entries, tmp_path / "big.kvpack")["file"]
+        pack = export_pack(lib, entries, tmp_path / "big.kvpack").file
     monkeypatch.setenv("KVGRAFT_HOME", str(small_disk / "home"))
     with open_library() as lib:
         service = LibraryService(engine, lib)

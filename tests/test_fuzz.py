@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from kvgraft.app.library_service import LibraryService
-from kvgraft.app.packs import build_pack
-from kvgraft.app.problems import Problem, write_jsonl
+from kvgraft.app.packs.export import build_pack
+from kvgraft.app.proof.problems import Problem, write_jsonl
+from kvgraft.app.service import LibraryService
 from kvgraft.library.library import Library
 from tests.fuzz_harness import FuzzStats, fuzz_pack_import, fuzz_snapshots
 

@@ -12,8 +12,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from kvgraft.app.graft_checks import check_words, graft_check_report, graft_check_store, record_selftest
-from kvgraft.app.model_store import model_sha256
+from kvgraft.app.core.model_store import model_sha256
+from kvgraft.app.maintain.graft_checks import check_words, graft_check_report, graft_check_store, record_selftest
 from kvgraft.engine.config import EngineConfig
 from kvgraft.engine.engine import Engine
 from kvgraft.entry import cli
@@ -33,8 +33,7 @@ def model_cache(tmp_path, monkeypatch):
 
 
 def _run(*args):
-    result = CliRunner().invoke(cli, list(args))
-    return result
+    return CliRunner().invoke(cli, list(args))
 
 
 def _doctor(model, *extra) -> dict:

@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 import kvgraft.app.cli.common as common
-from kvgraft.app.library_service import LibraryService, open_library
-from kvgraft.app.textgen import synthetic_text
+from kvgraft.app.core.textgen import synthetic_text
+from kvgraft.app.service import LibraryService, open_library
 from kvgraft.engine.compare import compare_logits
 from kvgraft.engine.errors import FingerprintMismatch
 from kvgraft.entry import cli
@@ -68,9 +68,8 @@ def test_tampered_blob_never_reaches_llama(service, engine):
 
 def test_foreign_fingerprint_entry_refused(service, engine_fa):
     res = service.deposit("A short note about seven orange windows.")
-    with engine_fa.session() as g:
-        with pytest.raises(FingerprintMismatch):
-            LibraryService(engine_fa, service.library).graft(g, res.entry)
+    with engine_fa.session() as g, pytest.raises(FingerprintMismatch):
+        LibraryService(engine_fa, service.library).graft(g, res.entry)
 
 
 def test_cli_library_contracts(engine, monkeypatch, tmp_path):

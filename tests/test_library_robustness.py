@@ -27,7 +27,7 @@ def test_two_writers_no_lock_errors_no_lost_rows(tmp_path):
         for seed in (11, 12)
     ]
     outs = [p.communicate(timeout=300) for p in procs]
-    for p, (_out, err) in zip(procs, outs):
+    for p, (_out, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
         assert "locked" not in err
     committed = [int(line.split()[1]) for out, _ in outs for line in out.splitlines() if line.startswith("committed")]

@@ -8,9 +8,10 @@ import zipfile
 
 import pytest
 
-import kvgraft.library.importer as importer
-from kvgraft.app.library_service import LibraryService, open_library
-from kvgraft.app.packs import export_pack, import_pack
+import kvgraft.library.entry_writes as entry_writes
+from kvgraft.app.packs.export import export_pack
+from kvgraft.app.packs.imports import import_pack
+from kvgraft.app.service import LibraryService, open_library
 from kvgraft.library.library import Library
 
 N_TEXTS, PER_TEXT = 50, 200  # 10,000 entries over 50 distinct blobs
@@ -43,7 +44,7 @@ def test_ten_thousand_entries_in_one_transaction(engine, big_pack):
         t0 = time.perf_counter()
         res = import_pack(LibraryService(engine, lib), big_pack, progress=lambda st, d, n: seen.append((st, d, n)))
         elapsed = time.perf_counter() - t0
-        assert res["imported"] == N_TEXTS * PER_TEXT and res["skipped"] == 0
+        assert res.imported == N_TEXTS * PER_TEXT and res.skipped == 0
         assert lib.count() == 10_000 and lib.stats()["blobs"] == N_TEXTS
         assert lib._db.execute("SELECT count(DISTINCT pack_id) FROM entries").fetchone()[0] == 1
     assert ("tokens", 10_000, 10_000) in seen and ("blobs", N_TEXTS, N_TEXTS) in seen
@@ -52,7 +53,7 @@ def test_ten_thousand_entries_in_one_transaction(engine, big_pack):
 
 def test_ten_thousand_entries_all_or_nothing(engine, big_pack, monkeypatch):
     """A failure at the very last entry leaves none of the 10,000 in the library."""
-    real = importer.insert_prefix_keys
+    real = entry_writes.insert_prefix_keys  # every entry row is written there (library/entry_writes.py)
     calls = []
 
     def fail_at_the_end(db, entry_id, blob, n):
@@ -61,7 +62,7 @@ def test_ten_thousand_entries_all_or_nothing(engine, big_pack, monkeypatch):
             raise RuntimeError("simulated failure at the last entry")
         return real(db, entry_id, blob, n)
 
-    monkeypatch.setattr(importer, "insert_prefix_keys", fail_at_the_end)
+    monkeypatch.setattr(entry_writes, "insert_prefix_keys", fail_at_the_end)
     with open_library() as lib:
         with pytest.raises(RuntimeError, match="last entry"):
             import_pack(LibraryService(engine, lib), big_pack)

@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 import kvgraft.app.cli.common as common
-import kvgraft.app.packs as packs_mod
-from kvgraft.app.library_service import LibraryService, open_library
-from kvgraft.app.packs import export_pack
+import kvgraft.app.packs.imports as packs_mod
+from kvgraft.app.packs.export import export_pack
+from kvgraft.app.service import LibraryService, open_library
 from kvgraft.entry import cli
 from kvgraft.library.library import Library
 from kvgraft.library.signing import generate_key
@@ -80,7 +80,7 @@ def _state():
 def test_poisoned_pack_refused_at_import_naming_the_entry(packs, run):
     before = _state()
     r = run(cli, ["import", str(packs / "poisoned.kvpack"), "--json"])
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 3, r.output  # a refused file is bad input (docs/cli.md, exit codes)
     reason = json.loads(r.stdout)["refused"][0]["reason"]
     assert "entry 0" in reason and "Onhava A" in reason and "not the state of its text" in reason
     assert _state() == before  # nothing of it stays
@@ -135,7 +135,7 @@ def test_format2_pack_imports_through_replay(packs, run, tmp_path):
     old_good = pm.rebuild(packs / "good.kvpack", tmp_path / "v2.kvpack", edit_manifest=to_format2)
     old_bad = pm.rebuild(packs / "poisoned.kvpack", tmp_path / "v2-poisoned.kvpack", edit_manifest=to_format2)
     r = run(cli, ["import", str(old_bad), "--json"])
-    assert r.exit_code == 1 and "not the state of its text" in json.loads(r.stdout)["refused"][0]["reason"]
+    assert r.exit_code == 3 and "not the state of its text" in json.loads(r.stdout)["refused"][0]["reason"]
     r = run(cli, ["import", str(old_good), "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["replayed"] == 1
     [entry] = json.loads(run(cli, ["list", "--json", "--check"]).stdout)
@@ -229,7 +229,7 @@ def test_exact_is_a_comparison_that_can_fail(engine, run):
         lib._db.conn.commit()
     r = run(cli, ["ask", q])
     assert json.loads(run(cli, ["ask", q, "--json"]).stdout)["exact"] is None
-    assert "exact restore, not compared" in r.stderr
+    assert "blob hashes checked, logits not compared" in r.stderr
 
 
 def test_confirmed_deposit_is_verified_by_you(run):

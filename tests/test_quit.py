@@ -70,5 +70,5 @@ def test_long_session_then_quit_exits_cleanly(tmp_path):
     assert "Fatal Python error" not in proc.stderr, proc.stderr[-2000:]
     assert proc.returncode == 0, proc.stderr[-2000:]
     seen = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert seen["answers"] == 2 and seen["exit_code"] == 0
+    assert seen["depositable"] and seen["answers"] == 2 and seen["exit_code"] == 0
     assert abs(seen["true_refs_at_quit"] - seen["true_refs_at_start"]) < 50

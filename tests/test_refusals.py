@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvgraft.app.textgen import prefix_tokens
+from kvgraft.app.core.textgen import prefix_tokens
 from kvgraft.engine.errors import EngineError, FingerprintMismatch, SnapshotError
 from kvgraft.engine.session import Snapshot
 from kvgraft.engine.state import parse_state
@@ -168,6 +168,5 @@ def test_graft_needs_empty_context(engine, reference):
 
 def test_snapshot_too_long_for_context(engine, reference):
     small = engine.with_config(engine.config.replace(n_ctx=512, n_batch=512, n_ubatch=512))
-    with small.session() as s:
-        with pytest.raises(SnapshotError, match="more than the context"):
-            s.graft(reference)
+    with small.session() as s, pytest.raises(SnapshotError, match="more than the context"):
+        s.graft(reference)

@@ -1,4 +1,4 @@
-"""Questions answered from the right stored document (library/retrieval.py, app/ask.py), on a synthetic
+"""Questions answered from the right stored document (library/retrieval.py, app/answer/ask.py), on a synthetic
 model through real llama.cpp and a real SQLite index: the ranking, the coverage threshold, what is
 never retrieved. Whether the answers are right is scripts/library_qa.py's job (the real model)."""
 
@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-import kvgraft.app.ask as ask_mod
-from kvgraft.app.ask import ask
-from kvgraft.app.library_service import LibraryService, open_library
-from kvgraft.app.model_store import model_sha256
-from kvgraft.app.textgen import synthetic_text
+import kvgraft.app.answer.ask as ask_mod
+from kvgraft.app.answer.ask import ask
+from kvgraft.app.core.model_store import model_sha256
+from kvgraft.app.core.textgen import synthetic_text
+from kvgraft.app.service import LibraryService, open_library
 from kvgraft.engine.config import EngineConfig
 from kvgraft.engine.engine import Engine
 from kvgraft.library.retrieval import content_terms
@@ -92,7 +92,7 @@ def test_unproven_documents_and_solutions_are_never_retrieved(library):
 
 def test_provenance_words_for_every_source():
     """Each source's words are built only from its own fields (a prefix answer has no coverage)."""
-    from kvgraft.app.ask import AskResult
+    from kvgraft.app.answer.ask import AskResult
 
     base = dict(verified_answer=None, answer_checked=None, tokens_restored=10, graft_ms=1.0, tokens_prefilled=3)
     base |= dict(tokens_decoded=2, exact=None, receipt_match=None, wall_ms=5.0, stop_reason="eog", proof="local")
@@ -104,7 +104,7 @@ def test_provenance_words_for_every_source():
 
 
 def test_a_solution_is_retrieved_only_for_the_same_numbers_and_enough_words(engine, tmp_path, monkeypatch):
-    from kvgraft.app.problems import GENERATOR, starter_problems
+    from kvgraft.app.lab.starter_problems import GENERATOR, starter_problems
     from scripts.solution_qa import decoy, paraphrase
 
     problems = sorted(starter_problems(12, seed=5), key=lambda p: len(p.solution))[:2]

@@ -9,9 +9,10 @@ import pytest
 from click.testing import CliRunner
 
 import kvgraft.app.cli.common as common
-from kvgraft.app.library_service import LibraryService, open_library
 from kvgraft.app.library_view import LibraryView
-from kvgraft.app.packs import import_pack, trust_store
+from kvgraft.app.packs.imports import import_pack
+from kvgraft.app.packs.trust import trust_store
+from kvgraft.app.service import LibraryService, open_library
 from kvgraft.entry import cli
 from kvgraft.library.pack import PackError, PackReader
 from kvgraft.library.signing import generate_key, sign_manifest
@@ -57,7 +58,7 @@ def test_signed_pack_verifies_and_is_recorded(signed_pack, run, tmp_path, monkey
         assert reader.signer is not None and reader.signer.public_key_b64 == pub
     monkeypatch.setenv("KVGRAFT_HOME", str(tmp_path / "other"))
     r = run(cli, ["import", str(path), "--require-signed"])
-    assert r.exit_code == 1 and "not in your trusted keys" in r.stderr
+    assert r.exit_code == 3 and "not in your trusted keys" in r.stderr
     assert run(cli, ["keys", "trust", pub, "--name", "alice"]).exit_code == 0
     r = run(cli, ["import", str(path), "--require-signed"])
     assert r.exit_code == 0, r.output
@@ -81,7 +82,7 @@ def test_unsigned_pack_says_so_and_require_signed_refuses(run, tmp_path, monkeyp
     assert run(cli, ["export", "--all", "-o", str(out)]).exit_code == 0
     monkeypatch.setenv("KVGRAFT_HOME", str(tmp_path / "other"))
     r = run(cli, ["import", str(out), "--require-signed", "--json"])
-    assert r.exit_code == 1 and "not signed" in json.loads(r.stdout)["refused"][0]["reason"]
+    assert r.exit_code == 3 and "not signed" in json.loads(r.stdout)["refused"][0]["reason"]
     assert run(cli, ["import", str(out)]).exit_code == 0  # unsigned packs still import by default
     assert "unsigned" in run(cli, ["show", "1"]).stdout
 
@@ -121,9 +122,8 @@ def test_resigned_by_a_stranger_is_untrusted(signed_pack, engine, tmp_path):
     )
     with PackReader(resigned) as reader:
         assert reader.signer.key_id == mallory.key_id
-    with open_library() as lib:
-        with pytest.raises(PackError, match="not in your trusted keys"):
-            import_pack(LibraryService(engine, lib), resigned, require_signed=True)
+    with open_library() as lib, pytest.raises(PackError, match="not in your trusted keys"):
+        import_pack(LibraryService(engine, lib), resigned, require_signed=True)
     assert mallory.key_id not in trust_store().load()
 
 

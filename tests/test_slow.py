@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kvgraft.app.selftest import run_selftest
-from kvgraft.app.textgen import prefix_tokens
+from kvgraft.app.core.textgen import prefix_tokens
+from kvgraft.app.maintain.selftest import run_selftest
 from kvgraft.engine.exactness import graft_vs_fresh
 
 pytestmark = pytest.mark.slow
@@ -29,4 +29,4 @@ def test_compacted_graft_is_exact_at_long_prefixes(engine, n, flash_attn):
 
 def test_selftest_fifty_samples(engine):
     out = run_selftest(engine, 50, seed=0)
-    assert out["sha256_equal"] == 50 and out["tokens_equal"] == 50 and out["past_sliding_window"] >= 10
+    assert out.sha256_equal == 50 and out.tokens_equal == 50 and out.past_sliding_window >= 10

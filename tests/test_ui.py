@@ -8,13 +8,18 @@ import time
 import pytest
 from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QTimer, QUrl
 from PySide6.QtGui import QDropEvent
+from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QDialog
 
-from kvgraft.app.library_service import LibraryService, open_library
-from kvgraft.app.packs import build_pack
-from kvgraft.app.problems import starter_problems, write_jsonl
-from kvgraft.app.runtime import Settings
-from kvgraft.app.textgen import synthetic_text
+from kvgraft.app.answer.result import AskResult
+from kvgraft.app.core.runtime import Settings
+from kvgraft.app.core.textgen import synthetic_text
+from kvgraft.app.lab.starter_problems import starter_problems
+from kvgraft.app.packs.export import build_pack
+from kvgraft.app.proof.problems import write_jsonl
+from kvgraft.app.service import LibraryService, open_library
 from kvgraft.library.library import Library
+from kvgraft.ui.deposit_dialog import DepositAnswerDialog
 from kvgraft.ui.library_table import COLUMNS, EntriesModel, sorted_view
 from kvgraft.ui.main_window import MainWindow
 from kvgraft.ui.settings_dialog import SettingsDialog, load_settings, save_settings
@@ -216,7 +221,7 @@ def test_gui_stays_responsive_during_a_long_deposit(qtbot, window):
     wait_message(qtbot, window, "Deposited")
     elapsed = time.perf_counter() - t0
     timer.stop()
-    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
     assert elapsed > 2.0, "the deposit was too short to show anything"
     assert len(ticks) > elapsed / 0.2, f"only {len(ticks)} timer ticks in {elapsed:.1f} s"
     assert max(gaps) < 1.0, f"the event loop stalled for {max(gaps):.2f} s"
@@ -246,19 +251,166 @@ def test_table_model_handles_10k_rows(qtbot):
     assert top.tokens == max((i * 7919) % 5000 for i in range(10_000))
 
 
+def confirm_with(answer: str):
+    """A stand-in for DepositAnswerDialog.exec: the user corrects the answer, ticks the box, presses Deposit."""
+
+    def run(dlg) -> int:
+        dlg.final_answer.setText(answer)
+        dlg.checked.setChecked(True)
+        dlg.deposit_button.click()
+        return dlg.result()
+
+    return run
+
+
 def test_deposit_a_confirmed_answer(qtbot, window, monkeypatch):
     """A fresh answer, confirmed by the user, becomes a verified entry that the next ask grafts."""
-    from PySide6.QtWidgets import QInputDialog
-
     q = "A hut holds 4 barrels and gets 5 more. How many barrels does it hold?"
     window.question.setText(q)
     window.ask()
     qtbot.waitUntil(lambda: window.last_answer is not None, timeout=60_000)
     assert window.last_answer["source"] == "fresh" and window.deposit_button.isEnabled()
-    monkeypatch.setattr(QInputDialog, "getText", staticmethod(lambda *a, **k: ("9", True)))
+    monkeypatch.setattr(DepositAnswerDialog, "exec", confirm_with("9"))
     window._deposit_answer()
     wait_message(qtbot, window, "Deposited")
     window.last_answer = None
     window.ask()
     qtbot.waitUntil(lambda: window.last_answer is not None, timeout=60_000)
     assert window.last_answer["source"] == "graft" and window.last_answer["answer"] == "9"
+
+
+class _Deposited:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def as_dict(self) -> dict:
+        return {"id": 1, "tokens": 3, "blob_sha256": "0" * 64, "text": self.text}
+
+
+def test_a_cancel_stops_what_runs_and_what_was_queued_before_it_not_what_came_after(qtbot, window, monkeypatch):
+    """Stop pressed while requests wait behind a running one: they never start; a request made after runs."""
+    started = []
+
+    def slow_deposit(self, text, on_progress=None, **_):  # the worker's real progress callback, fake prefill
+        started.append(text)
+        steps = 3 if text == "after" else 3000  # ~30 s unless cancelled
+        for i in range(1, steps + 1):
+            time.sleep(0.01)
+            on_progress(i, steps)
+        return _Deposited(text)
+
+    monkeypatch.setattr(LibraryService, "deposit", slow_deposit)
+    window.client.request_deposit.emit("running", "", "")
+    qtbot.waitUntil(lambda: started == ["running"] and not window.cancel_button.isHidden(), timeout=30_000)
+    window.client.request_deposit.emit("queued", "", "")
+    window.cancel_button.click()
+    window.client.request_deposit.emit("after", "", "")
+    wait_message(qtbot, window, "Deposited", timeout=60_000)
+    assert started == ["running", "after"]
+    assert [t for t, _ in window.messages] == ["deposit cancelled", "deposit cancelled", "Deposited"]
+
+
+def answer_dict(answer: str, stop_reason: str, source: str = "fresh", question: str = "How many?") -> dict:
+    """What the worker sends for an answer (EngineWorker.ask): AskResult.as_dict() and its provenance."""
+    r = AskResult(
+        question=question,
+        answer=answer,
+        verified_answer=None,
+        answer_checked=None,
+        source=source,
+        entry_id=None if source == "fresh" else 1,
+        tokens_restored=0 if source == "fresh" else 40,
+        graft_ms=None if source == "fresh" else 3.0,
+        tokens_prefilled=12,
+        tokens_decoded=128,
+        exact=None,
+        receipt_match=None,
+        wall_ms=1.0,
+        stop_reason=stop_reason,
+    )
+    return {**r.as_dict(), "provenance": r.provenance()}
+
+
+def test_a_stopped_answer_is_marked_and_cannot_be_deposited(qtbot, window, monkeypatch):
+    """Cancel pressed mid-answer (from the worker thread as the first words stream): the answer arrives
+    marked as stopped, and the deposit button stays off."""
+    shown, pressed = [], []
+
+    def cancel_once_words_show(piece: str) -> None:
+        shown.append(piece)
+        if not pressed and "".join(shown).strip():
+            pressed.append(True)
+            window.worker.cancel()
+
+    window.worker.token.connect(cancel_once_words_show, Qt.DirectConnection)
+    window.question.setText("Write a long story about a lighthouse keeper and his three dogs.")
+    window.ask()
+    qtbot.waitUntil(lambda: window.last_answer is not None, timeout=60_000)
+    r = window.last_answer
+    assert r["cancelled"] and r["stop_reason"] == "callback" and not r["depositable"]
+    assert r["answer"] and window.answer_view.toPlainText() == r["answer"]
+    assert not window.deposit_button.isEnabled()
+    assert not window.answer_state.isHidden() and "stopped" in window.answer_state.text()
+    assert window.provenance.text().endswith(" - stopped")
+    opened = []
+    monkeypatch.setattr(DepositAnswerDialog, "exec", lambda dlg: opened.append(dlg) or QDialog.Accepted)
+    window._deposit_answer()
+    assert opened == []  # not even offered
+    window.messages.clear()
+    window.question.setText("A hut holds 4 barrels and gets 5 more. How many barrels does it hold?")
+    window.ask()  # a request after the cancel is answered in full
+    qtbot.waitUntil(lambda: window.last_answer is not r or bool(window.messages), timeout=120_000)
+    assert window.messages == [] and not window.last_answer["cancelled"] and window.answer_state.isHidden()
+
+
+def test_only_an_answer_that_ended_by_itself_can_be_deposited(qtbot, window):
+    for stop_reason, source, depositable in (
+        ("max_tokens", "fresh", False),  # cut at the token budget: unfinished, or a loop
+        ("callback", "fresh", False),  # stopped
+        ("context_full", "prefix", False),
+        ("eog", "graft", False),  # already stored
+        ("eog", "fresh", True),
+        ("stop:\nQ:", "prefix", True),
+    ):
+        window._on_answered(answer_dict("9 barrels " * 20, stop_reason, source))
+        assert window.deposit_button.isEnabled() is depositable, (stop_reason, source)
+        assert window.answer_state.isHidden() is (stop_reason not in ("max_tokens", "callback", "context_full"))
+    window._on_answered(answer_dict("9 barrels " * 20, "max_tokens"))
+    assert "token budget" in window.answer_state.text()
+
+
+def test_depositing_an_answer_shows_it_whole_and_takes_a_deliberate_confirmation(qtbot, window, monkeypatch):
+    q = "A hut holds 4 barrels and gets 5 more. How many barrels does it hold?"
+    whole = "\n".join(f"Step {i}: after {i} more arrive the hut holds {4 + i} barrels." for i in range(1, 6))
+    whole += "\nSo the hut holds 9 barrels, which is the answer to the question asked above."
+    assert len(whole) > 200 and len(whole.splitlines()) > 1
+    window._on_answered(answer_dict(whole, "eog", question=q))
+    assert window.deposit_button.isEnabled()
+    requested = []
+    window.answer_panel.deposit_requested.connect(lambda *a: requested.append(a))
+    seen = []
+
+    def look_then_press_enter(dlg) -> int:
+        dlg.show()
+        seen.append(dlg.answer_text.toPlainText())
+        assert dlg.cancel_button.isDefault() and not dlg.deposit_button.isEnabled()
+        dlg.final_answer.setText("9")
+        assert not dlg.deposit_button.isEnabled()  # an answer is not the confirmation: the box is
+        dlg.accept()  # however accept is reached, unticked it does not close the dialog
+        assert dlg.isVisible()
+        rejected = []
+        dlg.rejected.connect(lambda: rejected.append(True))
+        QTest.keyClick(dlg.final_answer, Qt.Key_Return)  # Enter presses the default button: Cancel
+        assert rejected and not dlg.isVisible()
+        return dlg.result()
+
+    monkeypatch.setattr(DepositAnswerDialog, "exec", look_then_press_enter)
+    window._deposit_answer()
+    assert seen == [whole] and requested == []
+    monkeypatch.setattr(DepositAnswerDialog, "exec", confirm_with("9"))
+    window._deposit_answer()
+    assert requested == [(q, whole, "9")]
+    wait_message(qtbot, window, "Deposited")
+    with open_library() as lib:
+        (entry,) = [e for e in lib.entries() if e.kind == "solution"]
+    assert entry.vouched_by == "you" and entry.answer == "9" and whole in entry.text

@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 import kvgraft.app.cli.common as common
-from kvgraft.app.ask import ask
-from kvgraft.app.library_service import LibraryService
-from kvgraft.app.problems import starter_problems
-from kvgraft.app.textgen import prefix_tokens
+from kvgraft.app.answer.ask import ask
+from kvgraft.app.core.textgen import prefix_tokens
+from kvgraft.app.lab.starter_problems import starter_problems
+from kvgraft.app.service import LibraryService
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.entry import cli
 from kvgraft.library.library import Library

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt
 
+_ROOT = QModelIndex()  # the invisible root: a flat table has rows only under it
 COLUMNS = ["#", "kind", "title / question", "tokens", "answer", "source", "proof", "graftable"]
 
 
@@ -20,10 +21,10 @@ class EntriesModel(QAbstractTableModel):
     def row_at(self, r: int):
         return self._rows[r]
 
-    def rowCount(self, parent=QModelIndex()) -> int:  # noqa: N802 (Qt API)
+    def rowCount(self, parent=_ROOT) -> int:  # noqa: N802 (Qt API)
         return 0 if parent.isValid() else len(self._rows)
 
-    def columnCount(self, parent=QModelIndex()) -> int:  # noqa: N802
+    def columnCount(self, parent=_ROOT) -> int:  # noqa: N802
         return 0 if parent.isValid() else len(COLUMNS)
 
     def headerData(self, section, orientation, role=Qt.DisplayRole):  # noqa: N802

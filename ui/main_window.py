@@ -18,12 +18,10 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
     QHeaderView,
-    QInputDialog,
     QLabel,
     QLineEdit,
     QMainWindow,
     QMessageBox,
-    QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QTableView,
@@ -33,17 +31,19 @@ from PySide6.QtWidgets import (
 )
 
 import kvgraft
-from kvgraft.app.documents import DOCUMENT_SUFFIXES
-from kvgraft.app.gguf_check import NotAModel, inspect_gguf
+from kvgraft.app.core.gguf_check import NotAModel, inspect_gguf
+from kvgraft.app.core.runtime import Settings
+from kvgraft.app.ingest.documents import DOCUMENT_SUFFIXES
 from kvgraft.app.library_view import LibraryView
-from kvgraft.app.runtime import Settings
 
+from .answer_panel import AnswerPanel
 from .library_table import EntriesModel, sorted_view
 from .settings_dialog import SettingsDialog, load_settings, save_settings
+from .summaries import import_summary, verify_summary
 from .worker import EngineWorker, WorkerClient
 
 ICON = Path(kvgraft.__file__).resolve().parent / "kvgraft.svg"  # package data of kvgraft (packaging/kvgraft)
-IMPORTABLE = (".kvpack", ".jsonl") + DOCUMENT_SUFFIXES  # packs, problem files, documents (app/import_files.py)
+IMPORTABLE = (".kvpack", ".jsonl") + DOCUMENT_SUFFIXES  # packs, problem files, documents (app/ingest/import_files.py)
 DROPPABLE = IMPORTABLE + (".gguf",)
 
 
@@ -54,7 +54,6 @@ class MainWindow(QMainWindow):
         self.settings: Settings = load_settings(self.qsettings)
         self.engine_info: dict = {}
         self.view = LibraryView()
-        self.last_answer: dict | None = None
         self.messages: list[tuple[str, str]] = []  # (title, text) of every message shown, for tests and logs
         self._closed = False
         self._stuck_clients: list = []
@@ -99,32 +98,21 @@ class MainWindow(QMainWindow):
             menu.addAction(act)
 
     def _ask_tab(self) -> QWidget:
-        w = QWidget()
-        lay = QVBoxLayout(w)
-        row = QHBoxLayout()
-        self.question = QLineEdit()
-        self.question.setPlaceholderText(
-            "Ask a question (answered by graft when the library holds a proven entry for it)"
-        )
-        self.question.returnPressed.connect(self.ask)
-        self.ask_button = QPushButton("Ask")
-        self.ask_button.clicked.connect(self.ask)
-        self.ask_button.setEnabled(False)
-        row.addWidget(self.question, 1)
-        row.addWidget(self.ask_button)
-        lay.addLayout(row)
-        self.answer_view = QPlainTextEdit()
-        self.answer_view.setReadOnly(True)
-        lay.addWidget(self.answer_view, 1)
-        self.provenance = QLabel("")
-        self.provenance.setWordWrap(True)
-        self.provenance.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        lay.addWidget(self.provenance)
-        self.deposit_button = QPushButton("Confirm and deposit this answer...")
-        self.deposit_button.setEnabled(False)
-        self.deposit_button.clicked.connect(self._deposit_answer)
-        lay.addWidget(self.deposit_button, 0, Qt.AlignLeft)
-        return w
+        p = self.answer_panel = AnswerPanel()
+        p.ask_requested.connect(self._request_ask)
+        p.deposit_requested.connect(self._request_deposit_solution)
+        # the panel's widgets, as tests and scripts drive the window
+        self.question, self.ask_button, self.answer_view = p.question, p.ask_button, p.answer_view
+        self.answer_state, self.provenance, self.deposit_button = p.answer_state, p.provenance, p.deposit_button
+        return p
+
+    @property
+    def last_answer(self) -> dict | None:  # the last answer received: AskResult.as_dict() and its provenance
+        return self.answer_panel.last_answer
+
+    @last_answer.setter
+    def last_answer(self, r: dict | None) -> None:
+        self.answer_panel.last_answer = r
 
     def _library_tab(self) -> QWidget:
         w = QWidget()
@@ -245,45 +233,16 @@ class MainWindow(QMainWindow):
         self.progress.setFormat(f"{stage} {done}/{total}")
 
     def _on_token(self, piece: str) -> None:
-        self.answer_view.moveCursor(self.answer_view.textCursor().MoveOperation.End)
-        self.answer_view.insertPlainText(piece)
+        self.answer_panel.show_token(piece)
 
     def _on_answered(self, r: dict) -> None:
-        self.last_answer = r
-        self.answer_view.setPlainText(r["answer"])
-        text = r["provenance"]
-        if r["verified_answer"] is not None:
-            text += (
-                f"\nverified answer ({r['verified_by']}): {r['verified_answer']} "
-                f"({'matches' if r['answer_checked'] else 'does NOT match'})"
-            )
-        elif r.get("stored_answer") is not None and r.get("matched_question") is None:  # else in the provenance
-            text += f"\nstored answer (stated, not verified): {r['stored_answer']}"
-        self.provenance.setText(text)
-        self.deposit_button.setEnabled(r["source"] != "graft" and bool(r["answer"]))
+        self.answer_panel.show_answer(r)
 
     def _on_imported(self, s: dict) -> None:
-        lines = [f"imported: {s['imported']} entries", f"skipped as duplicates: {s['skipped']}"]
-        for d in s.get("documents", []):
-            what = "unchanged" if d["unchanged"] else f"{d['sections']} section" + ("s" if d["sections"] != 1 else "")
-            lines.append(f"document {Path(d['file']).name} ({d['title']}): {what}")
-        if s.get("replayed"):
-            lines.append(f"proved by replay here: {s['replayed']} entries ({s['replay_s']:.1f} s)")
-        if s.get("unproven"):
-            lines.append(f"unproven (never grafted until verified by replay): {s['unproven']}")
-        lines += [f"refused {Path(x['file']).name}: {x['reason']}" for x in s["refused"]]
-        self.notify("Import", "\n".join(lines), error=bool(s["refused"]))
+        self.notify("Import", import_summary(s), error=bool(s["refused"]))
 
     def _on_verified(self, out: dict) -> None:
-        if out["ok"]:
-            unproven = out.get("unproven", 0)
-            self.notify(
-                "Verify",
-                f"{out['entries']} entries: every check that ran passed"
-                + (f"; {unproven} unproven (not grafted, no answer check: replay proves them)" if unproven else ""),
-            )
-        else:
-            self.notify("Verify", "\n".join(f"{f['entry']}: {f['check']}" for f in out["failures"]), error=True)
+        self.notify("Verify", verify_summary(out), error=not out["ok"])
 
     def _on_failed(self, op: str, message: str) -> None:
         if op == "start":
@@ -294,26 +253,17 @@ class MainWindow(QMainWindow):
 
     # -- actions --------------------------------------------------------------------------------
     def ask(self) -> None:
-        q = self.question.text().strip()
-        if not q:
-            return
-        self.answer_view.clear()
-        self.provenance.setText("")
-        self.deposit_button.setEnabled(False)
-        self.client.request_ask.emit(q)
+        self.answer_panel.ask()
+
+    def _request_ask(self, question: str) -> None:
+        self.client.request_ask.emit(question)
 
     def _deposit_answer(self) -> None:
-        r = self.last_answer
-        if not r:
-            return
-        answer, ok = QInputDialog.getText(
-            self,
-            "Confirm and deposit",
-            "The right answer (you vouch for it; confirm or correct it):",
-            text=r["answer"].splitlines()[0][:200],
-        )
-        if ok and answer.strip():
-            self.client.request_deposit_solution.emit(r["question"], r["answer"], answer.strip())
+        """Deposit the last answer once the user confirmed it (ui/deposit_dialog.py); only a depositable one."""
+        self.answer_panel.deposit_answer()
+
+    def _request_deposit_solution(self, question: str, solution: str, answer: str) -> None:
+        self.client.request_deposit_solution.emit(question, solution, answer)
 
     def selected_ids(self) -> list[int]:
         rows = {self.proxy.mapToSource(i).row() for i in self.table.selectionModel().selectedRows()}

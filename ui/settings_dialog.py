@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvgraft.app.runtime import KV_TYPE_NAMES, Settings
+from kvgraft.app.core.runtime import KV_TYPE_NAMES, Settings
 
 CONFIG_KEY = "config"  # the whole Settings as JSON (Settings.to_dict)
 

@@ -1,26 +1,34 @@
 """The one worker thread that owns the engine: every llama.cpp call of the app happens here.
 
 The GUI thread talks to it only through queued signals (WorkerClient) and never waits on it.
-Long operations report progress and check a cancel flag between chunks/items.
+Long operations report progress and check a cancel flag between chunks/items: a callback raises
+`Cancelled` once it is set (app/core/progress.py, the one cancel protocol).
+
+A cancel applies to the operation running and to every request queued before it, never to one
+made after it. `cancel()` (GUI thread) sets the flag and queues a marker behind the requests
+already queued; requests run in the order queued, so every request found with the flag set was
+queued before the marker, and the marker clears the flag once it is reached (unless a later
+cancel is still pending).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import traceback
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QMetaObject, QObject, Qt, QThread, Signal, Slot
 
-from kvgraft.app.ask import ask as run_ask
-from kvgraft.app.errors import Cancelled, EngineError, LibraryError
-from kvgraft.app.import_files import import_files
-from kvgraft.app.library_service import LibraryService, open_library
-from kvgraft.app.packs import export_pack
-from kvgraft.app.progress import CancelFlag
-from kvgraft.app.repair import check_library
-from kvgraft.app.runtime import Settings, open_engine
-from kvgraft.app.verification import verify_targets
+from kvgraft.app.answer.ask import ask as run_ask
+from kvgraft.app.core.errors import Cancelled, EngineError, LibraryError
+from kvgraft.app.core.progress import CancelFlag
+from kvgraft.app.core.runtime import Settings, open_engine
+from kvgraft.app.ingest.import_files import import_files
+from kvgraft.app.maintain.repair import check_library
+from kvgraft.app.packs.export import export_pack
+from kvgraft.app.service import LibraryService, open_library
+from kvgraft.app.verify.batch import verify_targets
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +54,27 @@ class EngineWorker(QObject):
         self.engine = engine  # tests inject an already-loaded engine
         self._owns_engine = engine is None
         self._cancel = CancelFlag()
+        self._cancels_pending = 0  # cancels whose marker the worker has not reached yet
+        self._cancel_lock = threading.Lock()
         self._lib = None
         self._svc = None
 
-    # -- called from the GUI thread directly: only sets a flag -----------------------------------
+    # -- called from the GUI thread directly: sets a flag, queues its end -------------------------
     def cancel(self) -> None:
-        self._cancel.set()
+        """Stop the operation running and every request queued so far (see the module doc)."""
+        with self._cancel_lock:
+            self._cancels_pending += 1
+            self._cancel.set()
+        # not a signal of the worker: WorkerClient.stop blocks those, and the flag must still end
+        QMetaObject.invokeMethod(self, "_cancel_reached", Qt.QueuedConnection)
+
+    @Slot()
+    def _cancel_reached(self) -> None:
+        """Every request queued before the matching cancel has run (or been skipped)."""
+        with self._cancel_lock:
+            self._cancels_pending -= 1
+            if self._cancels_pending == 0:
+                self._cancel.clear()
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _service(self) -> LibraryService:
@@ -65,9 +88,9 @@ class EngineWorker(QObject):
         return self._svc
 
     def _progress(self, stage: str):
-        def report(done: int, total: int, *_):
+        def report(done: int, total: int) -> None:
             self.progress.emit(stage, done, total)
-            return not self._cancel.is_set()
+            self._cancel.check()  # raises Cancelled: the prefill stops after this chunk
 
         return report
 
@@ -75,13 +98,15 @@ class EngineWorker(QObject):
         if self.engine is None and op != "start":
             self.failed.emit(op, "the model is not loaded yet")
             return
-        self._cancel.clear()
+        if op != "start" and self._cancel.is_set():  # queued before a cancel: never started (a load is not stopped)
+            self.failed.emit(op, "cancelled")
+            return
         self.busy.emit(True)
         try:
             fn()
         except Cancelled:
             self.failed.emit(op, "cancelled")
-        except Exception as exc:  # every error reaches the user as a message, never a crash
+        except Exception as exc:  # noqa: BLE001 (every error reaches the user as a message, never a crash)
             if not isinstance(exc, (EngineError, LibraryError)):
                 traceback.print_exc()
             self.failed.emit(op, str(exc) or type(exc).__name__)
@@ -110,12 +135,12 @@ class EngineWorker(QObject):
 
     @Slot(str)
     def ask(self, question: str) -> None:
-        def stream(_tok: int, piece: str) -> bool:
+        def stream(piece: str) -> None:
             self.token.emit(piece)
-            return not self._cancel.is_set()
+            self._cancel.check()  # raises Cancelled: ask returns the part decoded, marked cancelled
 
         def go():
-            r = run_ask(self._service(), question, on_token=stream)
+            r = run_ask(self._service(), question, on_text=stream)
             self.answered.emit({**r.as_dict(), "provenance": r.provenance()})
 
         self._run("ask", go)
@@ -138,7 +163,7 @@ class EngineWorker(QObject):
 
     @Slot(str, str, str)
     def deposit_solution(self, question: str, solution: str, answer: str) -> None:
-        """An answer the user confirmed, stored in the format the model copies from (app/prompts.py)."""
+        """An answer the user confirmed, stored in the format the model copies from (app/proof/prompts.py)."""
         self._deposit(
             lambda svc, progress: svc.deposit_solution(
                 question, solution, answer, on_progress=progress, vouched_by="you"
@@ -185,7 +210,7 @@ class EngineWorker(QObject):
     def export(self, ids: list, path: str) -> None:
         def go():
             service = self._service()
-            self.exported.emit(export_pack(service, [service.library.get(int(i)) for i in ids], Path(path)))
+            self.exported.emit(export_pack(service, [service.library.get(int(i)) for i in ids], Path(path)).as_dict())
 
         self._run("export", go)
 

@@ -6,17 +6,17 @@ from pathlib import Path
 
 import click
 
-from .. import __version__
-from .answer_cmds import COMMANDS as ANSWER_COMMANDS
-from .bench_cmd import bench
-from .chat_cmds import chat
-from .common import setup_logging
-from .demo_cmd import demo
-from .engine_cmds import doctor, selftest
-from .keys_cmds import keys
-from .library_cmds import COMMANDS as LIBRARY_COMMANDS
-from .pack_cmds import COMMANDS as PACK_COMMANDS
-from .verify_cmd import verify
+from kvgraft.app import __version__
+from kvgraft.app.cli.answer_cmds import COMMANDS as ANSWER_COMMANDS
+from kvgraft.app.cli.bench_cmd import bench
+from kvgraft.app.cli.chat_cmds import chat
+from kvgraft.app.cli.common import setup_logging
+from kvgraft.app.cli.demo_cmd import demo
+from kvgraft.app.cli.engine_cmds import doctor, selftest
+from kvgraft.app.cli.keys_cmds import keys
+from kvgraft.app.cli.library_cmds import COMMANDS as LIBRARY_COMMANDS
+from kvgraft.app.cli.pack_cmds import COMMANDS as PACK_COMMANDS
+from kvgraft.app.cli.verify_cmd import verify
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -6,14 +6,13 @@ from pathlib import Path
 
 import click
 
+from kvgraft.app.answer.ask import ask as run_ask
+from kvgraft.app.answer.solve import solve as run_solve
+from kvgraft.app.cli.common import cli_home, emit_json, engine_options, handle_errors, stage_progress
+from kvgraft.app.ingest.documents import read_context_file
+from kvgraft.app.proof.problems import read_jsonl
+from kvgraft.app.service import LibraryService, open_library
 from kvgraft.library.errors import LibraryError
-
-from ..ask import ask as run_ask
-from ..documents import read_context_file
-from ..library_service import LibraryService, open_library
-from ..problems import read_jsonl
-from ..solve import solve as run_solve
-from .common import cli_home, emit_json, engine_options, handle_errors, stage_progress
 
 
 @click.command()
@@ -41,7 +40,7 @@ def ask(state, question, context_file, budget, no_library, as_json) -> None:
     engine = state.engine()
     context = read_context_file(context_file) if context_file else None  # read as a deposit reads it
 
-    def stream(_tok: int, piece: str) -> None:
+    def stream(piece: str) -> None:
         click.echo(piece, nl=False)
 
     with open_library(cli_home()) as lib, LibraryService(engine, lib) as service:
@@ -51,7 +50,7 @@ def ask(state, question, context_file, budget, no_library, as_json) -> None:
             context=context,
             budget=budget,
             use_library=not no_library,
-            on_token=None if as_json else stream,
+            on_text=None if as_json else stream,
         )
     if as_json:
         emit_json(r.as_dict())
@@ -92,25 +91,25 @@ def solve(state, problems, budget, related, no_deposit, as_json) -> None:
             service, items, budget=budget, related=related, deposit=not no_deposit, progress=stage_progress("solve")
         )
     if as_json:
-        emit_json(out)
+        emit_json(out.as_dict())
         return
-    for r in out["results"]:
+    for r in out.rows:
         click.echo(
-            f"{r['id']:<12} {r['source']:<6} {'ok' if r['checked'] else 'wrong':<5} {r['decode_tokens']:>5} decode "
-            "tokens" + (f", {r['prefill_tokens_saved']:,} prefill tokens saved" if r["prefill_tokens_saved"] else "")
+            f"{r.id:<12} {r.source:<6} {'ok' if r.checked else 'wrong':<5} {r.decode_tokens:>5} decode "
+            "tokens" + (f", {r.prefill_tokens_saved:,} prefill tokens saved" if r.prefill_tokens_saved else "")
         )
     click.echo(
-        f"{out['problems']} problems: {out['solved_from_library']} solved from the library, {out['solved_fresh']} "
+        f"{out.problems} problems: {out.solved_from_library} solved from the library, {out.solved_fresh} "
         "fresh, "
-        f"{out['unsolved']} unsolved; {out['decode_tokens']:,} decode tokens, {out['prefill_tokens_saved']:,} "
+        f"{out.unsolved} unsolved; {out.decode_tokens:,} decode tokens, {out.prefill_tokens_saved:,} "
         "prefill tokens saved, "
-        f"{out['wall_s']:.1f} s; {out['deposited']} new solutions deposited"
+        f"{out.wall_s:.1f} s; {out.deposited} new solutions deposited"
     )
-    if related:
-        h = out["held_out"]
+    h = out.held_out
+    if h is not None:
         click.echo(
-            f"held out ({h['problems']} with no stored entry): accuracy {h['accuracy_without_related']} without, "
-            f"{h['accuracy_with_related']} with the best related entry grafted ({h['with_a_related_entry']} had one)"
+            f"held out ({h.problems} with no stored entry): accuracy {h.accuracy_without_related} without, "
+            f"{h.accuracy_with_related} with the best related entry grafted ({h.with_a_related_entry} had one)"
         )
 
 

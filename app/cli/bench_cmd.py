@@ -7,8 +7,9 @@ from pathlib import Path
 
 import click
 
-from ..bench import markdown_table, plot, run_bench
-from .common import emit_json, engine_options, handle_errors
+from kvgraft.app.cli.common import emit_json, engine_options, handle_errors
+from kvgraft.app.lab.bench import run_bench
+from kvgraft.app.lab.bench_report import markdown_table, plot
 
 
 @click.command()

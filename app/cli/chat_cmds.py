@@ -1,4 +1,4 @@
-"""`kvgraft chat`: conversations that resume exactly after a restart (app/chat.py)."""
+"""`kvgraft chat`: conversations that resume exactly after a restart (app/answer/chat.py)."""
 
 from __future__ import annotations
 
@@ -7,33 +7,10 @@ import sys
 
 import click
 
-from ..chat import DEFAULT_MAX_TOKENS, ChatService, thread_listing, thread_view
-from ..library_service import LibraryService, open_library
-from .common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors
-
-
-class Streamer:
-    """Prints a reply as it is decoded, holding back text that may be the start of a stop string
-    (the plain format stops at "\nUser", which arrives over several tokens); `finish` prints the
-    rest of the reply as it was returned (cut before the stop)."""
-
-    def __init__(self, stops) -> None:
-        self.stops = tuple(s for s in stops if s)
-        self.text = ""
-        self.shown = 0
-
-    def feed(self, piece: str) -> None:
-        self.text += piece
-        hold = max((k for st in self.stops for k in range(1, len(st) + 1) if self.text.endswith(st[:k])), default=0)
-        upto = len(self.text) - hold
-        if upto > self.shown:
-            click.echo(self.text[self.shown : upto], nl=False)
-            self.shown = upto
-
-    def finish(self, reply: str) -> None:
-        if len(reply) > self.shown:
-            click.echo(reply[self.shown :], nl=False)
-        click.echo("")
+from kvgraft.app.answer.chat import DEFAULT_MAX_TOKENS, ChatService, thread_listing, thread_view
+from kvgraft.app.cli.common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors
+from kvgraft.app.core.errors import Cancelled
+from kvgraft.app.service import LibraryService, open_library
 
 
 @click.group(invoke_without_command=True)
@@ -59,11 +36,10 @@ def _loop(state, system: str | None, max_tokens: int) -> None:
     def on_sigint(_sig, _frame) -> None:
         stop["now"] = True
 
-    streamer = None
-
-    def stream(_tok: int, piece: str) -> bool:
-        streamer.feed(piece)
-        return not stop["now"]
+    def stream(piece: str) -> None:
+        click.echo(piece, nl=False)
+        if stop["now"]:
+            raise Cancelled("Ctrl-C")  # say keeps the part decoded (stop_reason "callback")
 
     with open_library(cli_home()) as lib, LibraryService(state.engine(), lib) as service:
         chats = ChatService(service)
@@ -90,13 +66,12 @@ def _loop(state, system: str | None, max_tokens: int) -> None:
             if not line.strip():
                 continue
             stop["now"] = False
-            streamer = Streamer(chats.format.stops)
             old = signal.signal(signal.SIGINT, on_sigint)
             try:
-                r = chats.say(thread.id, line, max_tokens=max_tokens, on_token=stream)
+                r = chats.say(thread.id, line, max_tokens=max_tokens, on_text=stream)
             finally:
                 signal.signal(signal.SIGINT, old)
-            streamer.finish(r.reply)
+            click.echo("")
             click.echo(
                 f"[turn {r.turn}: {r.tokens_restored:,} tokens restored in {r.resume_ms:.0f} ms, "
                 f"{r.tokens_prefilled:,} prefilled, {r.tokens_decoded} decoded"
@@ -140,12 +115,12 @@ def chat_say(state, thread, message, check, max_tokens, as_json) -> None:
     schedule in a new context (exact: true), 1 when they differ.
     """
 
-    def stream(_tok: int, piece: str) -> None:
+    def stream(piece: str) -> None:
         click.echo(piece, nl=False)
 
     with open_library(cli_home()) as lib, LibraryService(state.engine(), lib) as service:
         r = ChatService(service).say(
-            thread, message, check=check, max_tokens=max_tokens, on_token=None if as_json else stream
+            thread, message, check=check, max_tokens=max_tokens, on_text=None if as_json else stream
         )
     if as_json:
         emit_json(r.as_dict())

@@ -1,10 +1,6 @@
 """Shared CLI plumbing: the context object, JSON output, progress on stderr and exit codes.
 
-Exit codes (documented in docs/cli.md):
-  0  success
-  1  a check ran and failed (selftest not byte-equal, verify found a problem)
-  2  usage error (bad option or argument)
-  3  bad input or environment (missing/invalid model, malformed snapshot, engine error)
+Exit codes: EXIT_CODES below is the one table; docs/cli.md prints it (scripts/gen_cli_docs.py).
 """
 
 from __future__ import annotations
@@ -18,15 +14,25 @@ from pathlib import Path
 
 import click
 
+from kvgraft.app.core.model_store import ModelStoreError
+from kvgraft.app.core.paths import data_dir
+from kvgraft.app.core.runtime import Settings, open_engine
 from kvgraft.engine.config import DEFAULT_N_CTX, physical_cores
 from kvgraft.engine.errors import EngineError
 from kvgraft.library.errors import IndexDatabaseError, LibraryError
 
-from ..model_store import ModelStoreError
-from ..paths import data_dir
-from ..runtime import Settings, open_engine
-
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
+# every command's exit codes, as docs/cli.md states them (generated from this table)
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_CHECK_FAILED: "a check ran and failed: selftest or the demo not byte-exact, verify or fsck found a "
+    "problem, chat --check found a difference",
+    EXIT_USAGE: "usage error: the command line is wrong (an unknown option, a missing, conflicting or "
+    "malformed argument or option value), click's one-line message",
+    EXIT_INPUT: "bad input or environment: a file, text or pack the command read and refused (`import` and "
+    "`deposit` when any file was refused), a missing or invalid model, an engine or library error, with a "
+    "one-line `error:` message",
+}
 
 
 @dataclass
@@ -108,7 +114,7 @@ def engine_options(f):
 
 
 def handle_errors(f):
-    """Turn the errors a user can cause into a one-line message and exit code 3."""
+    """Turn the errors a user can cause into a one-line message and exit code 3 (EXIT_INPUT)."""
 
     @functools.wraps(f)
     def wrapper(*args, **kwargs):
@@ -133,7 +139,7 @@ def emit_json(obj) -> None:
 
 def cli_home() -> Path:
     """The data dir this command works in: the group's `--home`, else `$KVGRAFT_HOME`, else the
-    platform's user data dir (app/paths.py). Passed explicitly to what opens the library."""
+    platform's user data dir (app/core/paths.py). Passed explicitly to what opens the library."""
     ctx = click.get_current_context(silent=True)
     home = ctx.find_root().params.get("home") if ctx is not None else None
     return data_dir(home)

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from ..demo import format_demo, run_demo
-from .common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors
+from kvgraft.app.cli.common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors
+from kvgraft.app.lab.demo import format_demo, run_demo
 
 
 @click.command()

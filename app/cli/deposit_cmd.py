@@ -1,4 +1,4 @@
-"""`kvgraft deposit`: texts and files (.txt, .md, .pdf) into the library (app/documents.py for files)."""
+"""`kvgraft deposit`: texts and files (.txt, .md, .pdf, ...) into the library (app/ingest/documents.py for files)."""
 
 from __future__ import annotations
 
@@ -7,23 +7,43 @@ from pathlib import Path
 
 import click
 
+from kvgraft.app.cli.common import (
+    EXIT_INPUT,
+    cli_home,
+    emit_json,
+    engine_options,
+    handle_errors,
+    stage_progress,
+    token_progress,
+)
+from kvgraft.app.ingest.documents import SECTION_TOKENS, DocumentError, deposit_file, read_document
+from kvgraft.app.proof.checkers import CHECKERS, UnknownChecker, check_name
+from kvgraft.app.service import LibraryService, open_library
 from kvgraft.engine.errors import EngineError
 from kvgraft.library.errors import LibraryError
 
-from ..documents import SECTION_TOKENS, deposit_file, read_context_file
-from ..library_service import LibraryService, open_library
-from .common import EXIT_INPUT, cli_home, emit_json, engine_options, handle_errors, stage_progress, token_progress
 
-
-def _read_text(text: str | None, source: str | None) -> str:
+def _read_text(text: str | None, source: str | None, as_text: bool) -> str:
     if text is not None:
         return text
     if source == "-":
         return sys.stdin.read()
     path = Path(source)
     if not path.is_file():
-        raise click.UsageError(f"no such file: {source}")
-    return read_context_file(path)  # as every file is read: UTF-8 (BOM dropped, "\n" line ends), a PDF's text
+        raise DocumentError(f"no such file: {source}")  # bad input (exit 3), as for several files
+    # as every deposited file is read: a document suffix (or --as-text), UTF-8 (BOM dropped, "\n" line
+    # ends) or a PDF's text
+    return read_document(path, as_text=as_text)
+
+
+def _checker_option(_ctx, _param, value: str | None) -> str | None:
+    """--checker, validated where every checker name is (app/proof/checkers.py)."""
+    if value is None:
+        return None
+    try:
+        return check_name(value)
+    except UnknownChecker as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command()
@@ -32,6 +52,11 @@ def _read_text(text: str | None, source: str | None) -> str:
 @click.option("--question", help="The question this text answers (exact-match key).")
 @click.option("--answer", help="The answer, if any (makes it a solution); stated, not verified, unless --confirmed.")
 @click.option("--confirmed", is_flag=True, help="You vouch that --answer is right: it is stored as verified by you.")
+@click.option(
+    "--checker",
+    callback=_checker_option,
+    help=f"How a decoded answer is compared with --answer: {', '.join(sorted(CHECKERS))} [default: numeric].",
+)
 @click.option(
     "--kind",
     type=click.Choice(["solution", "document", "prefix"]),
@@ -46,20 +71,30 @@ def _read_text(text: str | None, source: str | None) -> str:
     show_default=True,
     help="A file longer than the context is split into sections of at most this many tokens.",
 )
+@click.option(
+    "--as-text",
+    is_flag=True,
+    help="Read each file as UTF-8 text whatever its suffix (a file without one, a .log).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the entry (one file) or {deposited: [...]} as JSON.")
 @engine_options
 @handle_errors
-def deposit(state, sources, text, question, answer, kind, title, confirmed, section_tokens, as_json) -> None:
+def deposit(
+    state, sources, text, question, answer, kind, title, confirmed, checker, section_tokens, as_text, as_json
+) -> None:
     """Read texts into the model and store their KV states in the library.
 
-    SOURCES are .txt, .md or .pdf files, or - for stdin; or pass --text. A file that fits the
-    context is stored verbatim (so `ask --context FILE` grafts it); a longer one is split into
-    sections at paragraph boundaries, each starting with the document's title and its section line.
+    SOURCES are .txt, .md, .markdown, .rst, .text or .pdf files (any other file only with
+    --as-text), or - for stdin; or pass --text. A file that fits the context is stored verbatim
+    (so `ask --context FILE` grafts it); a longer one is split into sections at paragraph
+    boundaries, each starting with the document's title and its section line.
     A file is known by its resolved path: depositing an unchanged file again computes nothing, a
     changed one has its sections replaced in one transaction. The same text twice is one blob.
     """
     if confirmed and answer is None:
         raise click.UsageError("--confirmed vouches for an --answer: give one")
+    if checker is not None and answer is None:
+        raise click.UsageError("--checker says how an --answer is checked: give one")
     if text is not None and sources:
         raise click.UsageError("give the text with --text TEXT, or file paths, or - for stdin, not both")
     if text is None and not sources:
@@ -68,9 +103,8 @@ def deposit(state, sources, text, question, answer, kind, title, confirmed, sect
     if len(sources) > 1 and (keyed or title is not None or "-" in sources):
         raise click.UsageError("--question, --answer, --kind, --title and - apply to one text: give one SOURCE")
     if text is not None or sources == ("-",) or keyed:
-        _deposit_text(
-            state, _read_text(text, sources[0] if sources else None), question, answer, kind, title, confirmed, as_json
-        )
+        body = _read_text(text, sources[0] if sources else None, as_text)
+        _deposit_text(state, body, question, answer, kind, title, confirmed, checker, as_json)
         return
     engine = state.engine()
     done, refused = [], []
@@ -78,7 +112,12 @@ def deposit(state, sources, text, question, answer, kind, title, confirmed, sect
         for source in sources:
             try:
                 fd = deposit_file(
-                    service, Path(source), title=title, section_tokens=section_tokens, progress=_file_progress()
+                    service,
+                    Path(source),
+                    title=title,
+                    section_tokens=section_tokens,
+                    progress=_file_progress(),
+                    as_text=as_text,
                 )
             except (LibraryError, EngineError, OSError, ValueError) as exc:
                 if len(sources) == 1:
@@ -97,7 +136,7 @@ def deposit(state, sources, text, question, answer, kind, title, confirmed, sect
         sys.exit(EXIT_INPUT)
 
 
-def _deposit_text(state, body, question, answer, kind, title, confirmed, as_json) -> None:
+def _deposit_text(state, body, question, answer, kind, title, confirmed, checker, as_json) -> None:
     engine = state.engine()
     with open_library(cli_home()) as lib, LibraryService(engine, lib) as service:
         res = service.deposit(
@@ -107,6 +146,7 @@ def _deposit_text(state, body, question, answer, kind, title, confirmed, as_json
             kind=kind,
             title=title,
             on_progress=token_progress("prefill"),
+            checker=checker,
             vouched_by="you" if confirmed else None,
         )
     if as_json:

@@ -6,10 +6,11 @@ import sys
 
 import click
 
-from ..doctor import doctor_report
-from ..graft_checks import check_words, record_selftest
-from ..selftest import run_selftest, summary_line
-from .common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors
+from kvgraft.app.cli.common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors
+from kvgraft.app.maintain.doctor import doctor_report
+from kvgraft.app.maintain.graft_checks import check_words, record_selftest
+from kvgraft.app.maintain.selftest import run_selftest, summary_line
+from kvgraft.engine.exactness import ExactnessRecord
 
 
 @click.command()
@@ -20,32 +21,31 @@ def doctor(state, as_json: bool) -> None:
     """Versions, backend, GPU offload support, model, data dir and engine fingerprint."""
     report = doctor_report(state.engine(), cli_home())
     if as_json:
-        emit_json(report)
+        emit_json(report.as_dict())
         return
-    m = report["model"]
+    m, cfg = report.model, report.config
     lines = [
-        f"kvgraft           {report['kvgraft']} (python {report['python']})",
-        f"llama-cpp-python  {report['packages']['llama-cpp-python']}",
-        f"backend           {report['backend']} (GPU offload supported: "
-        f"{'yes' if report['gpu_offload_supported'] else 'no'})",
+        f"kvgraft           {report.kvgraft} (python {report.python})",
+        f"llama-cpp-python  {report.packages['llama-cpp-python']}",
+        f"backend           {report.backend} (GPU offload supported: "
+        f"{'yes' if report.gpu_offload_supported else 'no'})",
         f"model             {m['name']} ({m['architecture']}, {m['n_layer']} layers, sliding window {m['n_swa']})",
         f"model file        {m['path']}",
         f"model sha256      {m['sha256']}",
-        f"context           n_ctx {report['config']['n_ctx']}, flash attention "
-        f"{'on' if report['config']['flash_attn'] else 'off'}, "
-        f"KV {report['config']['type_k']}/{report['config']['type_v']}, {report['config']['n_threads']} threads",
-        f"KV bytes/token    {report['kv_bytes_per_token']:,}",
+        f"context           n_ctx {cfg['n_ctx']}, flash attention {'on' if cfg['flash_attn'] else 'off'}, "
+        f"KV {cfg['type_k']}/{cfg['type_v']}, {cfg['n_threads']} threads",
+        f"KV bytes/token    {report.kv_bytes_per_token:,}",
         "compaction        "
         + (
-            f"on: window-layer cells {report['compaction']['n_swa']:,} or more behind are stored as zero runs"
-            if report["compaction"]["active"]
+            f"on: window-layer cells {report.compaction['n_swa']:,} or more behind are stored as zero runs"
+            if report.compaction["active"]
             else "off (no standard sliding window)"
         ),
-        f"data dir          {report['data_dir']}",
-        f"model cache       {report['model_dir']}",
-        f"fingerprint       {report['fingerprint']}",
+        f"data dir          {report.data_dir}",
+        f"model cache       {report.model_dir}",
+        f"fingerprint       {report.fingerprint}",
     ]
-    words = check_words(report["graft_check"])
+    words = check_words(report.graft_check)
     lines += [f"{'graft check' if i == 0 else '':<18}{w}" for i, w in enumerate(words)]
     click.echo("\n".join(lines))
 
@@ -66,16 +66,15 @@ def selftest(state, samples: int, seed: int, as_json: bool) -> None:
     """
     engine = state.engine()
 
-    def progress(i: int, n: int, d: dict) -> None:
-        mark = "equal" if d["sha256_equal"] and d["tokens_equal"] else f"DIFFERENT (max |diff| {d['max_abs_diff']:.3g})"
-        click.echo(f"[{i}/{n}] prefix {d['prefix_tokens']:>5} tokens: {mark}", err=True)
+    def progress(i: int, n: int, d: ExactnessRecord) -> None:
+        mark = "equal" if d.sha256_equal and d.tokens_equal else f"DIFFERENT (max |diff| {d.max_abs_diff:.3g})"
+        click.echo(f"[{i}/{n}] prefix {d.prefix_tokens:>5} tokens: {mark}", err=True)
 
     result = run_selftest(engine, samples, seed=seed, on_sample=progress)
-    record_selftest(engine, result)  # `kvgraft doctor` reports it
-    ok = result["sha256_equal"] == samples and result["tokens_equal"] == samples
+    record_selftest(engine, result.as_dict())  # `kvgraft doctor` reports it
     if as_json:
-        emit_json(result)
+        emit_json(result.as_dict())
     else:
         click.echo(summary_line(result))
-    if not ok:
+    if not result.exact:
         sys.exit(EXIT_CHECK_FAILED)

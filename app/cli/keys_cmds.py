@@ -6,11 +6,10 @@ from pathlib import Path
 
 import click
 
+from kvgraft.app.cli.common import cli_home, emit_json, handle_errors
+from kvgraft.app.packs.trust import keys_dir, trust_store
+from kvgraft.app.service import open_library
 from kvgraft.library.signing import generate_key, public_identity
-
-from ..library_service import open_library
-from ..packs import keys_dir, trust_store
-from .common import cli_home, emit_json, handle_errors
 
 
 def resolve_key(name_or_path: str) -> Path:

@@ -7,15 +7,7 @@ from pathlib import Path
 
 import click
 
-from kvgraft.engine.config import DEFAULT_N_CTX
-from kvgraft.library.errors import LibraryError
-from kvgraft.library.maintenance import gc as run_gc
-
-from ..library_service import open_library
-from ..library_view import signer_words
-from ..packs import trust_store
-from ..repair import check_library
-from .common import (
+from kvgraft.app.cli.common import (
     EXIT_CHECK_FAILED,
     cli_home,
     emit_json,
@@ -23,7 +15,13 @@ from .common import (
     handle_errors,
     stage_progress,
 )
-from .deposit_cmd import deposit
+from kvgraft.app.cli.deposit_cmd import deposit
+from kvgraft.app.maintain.repair import check_library
+from kvgraft.app.packs.trust import signer_words, trust_store
+from kvgraft.app.service import open_library
+from kvgraft.engine.config import DEFAULT_N_CTX
+from kvgraft.library.errors import LibraryError
+from kvgraft.library.maintenance import gc as run_gc
 
 
 @click.command(name="list")

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import click
 
-from ..import_files import Refusal, import_files
-from ..library_service import LibraryService, open_library
-from ..packs import build_pack, export_pack
-from .common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors, stage_progress
-from .keys_cmds import resolve_key
+from kvgraft.app.cli.common import EXIT_INPUT, cli_home, emit_json, engine_options, handle_errors, stage_progress
+from kvgraft.app.cli.keys_cmds import resolve_key
+from kvgraft.app.ingest.import_files import Refusal, import_files
+from kvgraft.app.packs.export import build_pack, export_pack
+from kvgraft.app.packs.results import PackImport
+from kvgraft.app.service import LibraryService, open_library
 
 
 @click.command()
@@ -42,11 +43,11 @@ def export(entry_ids, output, query, all_, sign, as_json) -> None:
             entries = [lib.get(i) for i in entry_ids]
         res = export_pack(lib, entries, output, sign_key=resolve_key(sign) if sign else None)
     if as_json:
-        emit_json(res)
+        emit_json(res.as_dict())
     else:
         click.echo(
-            f"wrote {res['file']}: {res['entries']} entries, {res['blobs']} blobs, {res['bytes'] / 1e6:.1f} MB, "
-            f"sha256 {res['sha256']}" + (f", signed by {res['signed_by']}" if res["signed_by"] else ", unsigned")
+            f"wrote {res.file}: {res.entries} entries, {res.blobs} blobs, {res.bytes / 1e6:.1f} MB, "
+            f"sha256 {res.sha256}" + (f", signed by {res.signed_by}" if res.signed_by else ", unsigned")
         )
 
 
@@ -71,17 +72,19 @@ def export(entry_ids, output, query, all_, sign, as_json) -> None:
 @engine_options
 @handle_errors
 def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
-    """Import solution packs (.kvpack), problem files (.jsonl) and documents (.txt, .md, .pdf); each
-    pack is checked completely, then imported whole or refused. A problem file's solutions are
-    deposited (as `build` does), a document as `kvgraft deposit FILE` deposits it.
+    """Import solution packs (.kvpack), problem files (.jsonl) and documents (.txt, .md, .markdown,
+    .rst, .text, .pdf); each pack is checked completely, then imported whole or refused (--rebuild
+    too: every state is computed, then all are committed at once). A problem file's solutions are
+    deposited (as `build` does), a document as `kvgraft deposit FILE` deposits it; any other file
+    (one without a suffix too) is read as a pack.
 
     A state is opaque, so its origin is proven before it can be grafted: entries of a pack signed
     by a key you trust are taken as signed; every other entry is replayed here (one prefill each)
     and must reproduce its blob's SHA-256, or the whole pack is refused, naming the entry.
 
-    Exit 0 when every file was imported (entries already in the library are skipped), 1 when any
-    was refused; the library is unchanged by a refused pack. The desktop window's drop runs the
-    same import.
+    Exit 0 when every file was imported (entries already in the library are skipped), 3 when any
+    was refused (its reason on stderr, or in --json); the library is unchanged by a refused pack.
+    The desktop window's drop runs the same import.
     """
 
     def show(done) -> None:
@@ -93,8 +96,8 @@ def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
             click.echo(f"built {done.file}: {done.imported} solutions deposited, {done.skipped} already present")
         elif done.kind == "document":
             d = done.detail
-            what = "unchanged" if d["unchanged"] else f"{len(d['sections'])} sections, {done.imported} computed"
-            click.echo(f"deposited {done.file} ({d['title']}): {what}")
+            what = "unchanged" if d.unchanged else f"{len(d.entries)} sections, {done.imported} computed"
+            click.echo(f"deposited {done.file} ({d.title}): {what}")
         else:
             click.echo(pack_import_line(done.file, done.detail))
             for line in pack_proof_lines(done.detail):
@@ -113,7 +116,7 @@ def import_(state, files, rebuild, require_signed, no_replay, as_json) -> None:
     if as_json:
         emit_json(summary.as_dict())
     if summary.refused:
-        sys.exit(EXIT_CHECK_FAILED)
+        sys.exit(EXIT_INPUT)
 
 
 @click.command()
@@ -130,37 +133,34 @@ def build(state, problems, output, as_json) -> None:
     with open_library(cli_home()) as lib, LibraryService(engine, lib) as service:
         res = build_pack(service, problems, output, progress=stage_progress("build"))
     if as_json:
-        emit_json(res)
+        emit_json(res.as_dict())
     else:
-        click.echo(
-            f"built {res['file']}: {res['entries']} entries, {res['bytes'] / 1e6:.1f} MB, sha256 {res['sha256']}"
-        )
+        click.echo(f"built {res.file}: {res.entries} entries, {res.bytes / 1e6:.1f} MB, sha256 {res.sha256}")
 
 
-def pack_import_line(file: str, res: dict) -> str:
+def pack_import_line(file: str, res: PackImport) -> str:
     return (
-        f"imported {file}: {res['imported']} entries"
-        + (f", {res['skipped']} already present" if res["skipped"] else "")
-        + (f" ({res['rebuilt']} rebuilt here)" if res["rebuilt"] else "")
+        f"imported {file}: {res.imported} entries"
+        + (f", {res.skipped} already present" if res.skipped else "")
+        + (f" ({res.rebuilt} rebuilt here)" if res.rebuilt else "")
         + (
-            f", signed by {res['signed_by']}" + ("" if res.get("signer_trusted") else " (not a key you trust)")
-            if res["signed_by"]
+            f", signed by {res.signed_by}" + ("" if res.signer_trusted else " (not a key you trust)")
+            if res.signed_by
             else ", unsigned"
         )
     )
 
 
-def pack_proof_lines(res: dict) -> list[str]:
+def pack_proof_lines(res: PackImport) -> list[str]:
     lines = []
-    if res.get("replayed"):
+    if res.replayed:
         lines.append(
-            f"  proof: {res['replayed']} entries replayed here ({res['replay_tokens']:,} tokens prefilled in "
-            f"{res['replay_s']:.1f} s), each reproduced its blob's SHA-256"
+            f"  proof: {res.replayed} entries replayed here ({res.replay_tokens:,} tokens prefilled in "
+            f"{res.replay_s:.1f} s), each reproduced its blob's SHA-256"
         )
-    if res.get("proof", {}).get("unproven"):
+    if res.unproven:
         lines.append(
-            f"  {res['proof']['unproven']} entries unproven (never grafted; kvgraft verify --library --replay "
-            "proves them)"
+            f"  {res.unproven} entries unproven (never grafted; kvgraft verify --library --replay proves them)"
         )
     return lines
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import click
 
-from ..library_service import LibraryService, open_library
-from ..verification import recheck_receipts, verify_targets
-from ..verify import receipts_sha256
-from .common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors, stage_progress
+from kvgraft.app.cli.common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors, stage_progress
+from kvgraft.app.service import LibraryService, open_library
+from kvgraft.app.verify.batch import recheck_receipts, verify_targets
+from kvgraft.app.verify.items import receipts_sha256
 
 
 @click.command()

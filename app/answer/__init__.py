@@ -1,0 +1,1 @@
+"""Answering: ask (one function per source), solve, and conversations (chat)."""

