@@ -1,4 +1,4 @@
-"""A Session owns one llama.cpp context: prefill, logits, greedy decoding, snapshot and graft.
+"""A Session owns one llama.cpp context: prefill, logits, decoding (engine/decoding.py), trim, snapshot and graft.
 
 Threading rule: the thread that creates a Session owns it. Every public method checks this and
 raises ThreadOwnershipError from any other thread; llama.cpp contexts are not thread-safe, and
@@ -21,16 +21,18 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from . import decoding
 from .bindings import llama
 from .compaction import canonicalize
+from .decoding import Generation, TokenFn
 from .errors import (
-    Cancelled,
     DecodeError,
     EngineError,
     FingerprintMismatch,
     SnapshotError,
     ThreadOwnershipError,
 )
+from .sampling import Sampler
 from .state import parse_state, seq_payload, write_seq_header
 
 log = logging.getLogger(__name__)
@@ -38,8 +40,6 @@ log = logging.getLogger(__name__)
 # The one cancel protocol of kvgraft (errors.Cancelled): a callback stops the work by raising Cancelled.
 # on_progress(done_tokens, total_tokens), after each chunk: a Cancelled it raises ends the prefill
 ProgressFn = Callable[[int, int], None]
-# on_token(token_id, text_piece), after each token chosen: a Cancelled it raises ends the generation
-TokenFn = Callable[[int, str], None]
 
 
 def tokens_sha256(tokens: Sequence[int]) -> str:
@@ -84,15 +84,6 @@ class GraftResult:
     @property
     def total_ms(self) -> float:
         return self.validate_ms + self.restore_ms
-
-
-@dataclass
-class Generation:
-    tokens: list[int] = field(default_factory=list)
-    text: str = ""
-    stop_reason: str = ""  # "max_tokens", "eog", "stop:<s>", "callback", "context_full"
-    seconds: float = 0.0
-    first_token_at: float | None = None  # time.perf_counter() when the first token was chosen
 
 
 class Session:
@@ -240,54 +231,39 @@ class Session:
         stop: Sequence[str] = (),
         on_token: TokenFn | None = None,
         stop_at_eog: bool = True,
+        sampler: Sampler | None = None,
+        top_logprobs: int | None = None,
     ) -> Generation:
-        """Greedy decoding (argmax, lowest id on ties) from the current logits.
-
-        Stops at `max_tokens`, an end-of-generation token (unless `stop_at_eog` is False: the
-        exactness experiment decodes a fixed number of tokens), the first occurrence of any string in
-        `stop` (the text returned is cut before it), `on_token` raising `Cancelled`, or a full context.
-
-        `on_token(token, piece)` hears of each token chosen before it is decoded. A `Cancelled` it raises
-        is not an error here: generation stops and returns what was chosen so far (that token included,
-        not decoded into the context) with stop_reason "callback". Any other exception propagates.
-        """
+        """Decode from the current logits through the one decode loop (engine/decoding.py): greedy
+        (argmax, lowest id on ties) unless a `sampler` says otherwise. Stops at `max_tokens`, an
+        end-of-generation token (unless `stop_at_eog` is False), the first occurrence of any string in
+        `stop` (the text returned is cut before it), `on_token` raising `Cancelled` (stop_reason
+        "callback"), or a full context."""
         self._check()
-        model = self.engine.model
-        gen = Generation()
-        t0 = time.perf_counter()
-        raw = b""
-        while True:
-            if len(gen.tokens) >= max_tokens:
-                gen.stop_reason = "max_tokens"
-                break
-            tok = int(np.argmax(self.logits()))
-            if gen.first_token_at is None:
-                gen.first_token_at = time.perf_counter()
-            if stop_at_eog and model.is_eog(tok):
-                gen.stop_reason = "eog"
-                break
-            gen.tokens.append(tok)
-            raw += model.token_bytes(tok)
-            text = raw.decode("utf-8", errors="replace")
-            hit = next((s for s in stop if s and s in text), None)
-            if hit is not None:
-                gen.text = text[: text.index(hit)]
-                gen.stop_reason = f"stop:{hit}"
-                gen.seconds = time.perf_counter() - t0
-                return gen
-            if on_token is not None:
-                try:
-                    on_token(tok, model.token_bytes(tok).decode("utf-8", errors="replace"))
-                except Cancelled:
-                    gen.stop_reason = "callback"
-                    break
-            if self.n_past >= self.n_ctx:
-                gen.stop_reason = "context_full"
-                break
-            self._decode([tok], want_last_logits=True)
-        gen.text = raw.decode("utf-8", errors="replace")
-        gen.seconds = time.perf_counter() - t0
-        return gen
+        return decoding.generate(self, max_tokens, stop, on_token, stop_at_eog, sampler, top_logprobs)
+
+    def decode_one(self, token: int) -> None:
+        """Decode one chosen token after what the context holds (the decode loop's step)."""
+        self._check()
+        self._decode([int(token)], want_last_logits=True)
+
+    def trim(self, n: int) -> None:
+        """Keep the first `n` tokens' cells and forget the rest, as if only those had been decoded.
+
+        Only the cells are kept; the logits are gone (decode at least one token next). Whether the
+        cells are the bits a fresh run of those `n` tokens makes depends on the schedule they were
+        decoded in: a caller trims back only to a point its schedule shares with the next request
+        (app/serve/schedule.py; tests/test_prompt_cache.py checks trim-then-continue against cold)."""
+        self._check()
+        if not 0 <= n <= self.n_past:
+            raise EngineError(f"cannot trim to {n} tokens: the context holds {self.n_past}")
+        if n == self.n_past:
+            self._has_logits = self._has_logits and n > 0
+            return
+        if not llama.llama_memory_seq_rm(self._mem, 0, n, -1):
+            raise EngineError(f"llama.cpp could not remove the cells past position {n}")
+        del self.tokens[n:]
+        self._has_logits = False
 
     # -- snapshot and graft --------------------------------------------------------------------
     def state_bytes(self) -> bytes:
@@ -318,11 +294,12 @@ class Session:
     def canonical_state(self, canonical: bool = True):
         """(whole-state bytes, elided zero ranges) of what this context holds, checked against its
         layout; canonical unless `canonical=False` (then the ranges are None)."""
-        data = self._state_buffer()
-        parsed = parse_state(data, self.engine.layout, max_cells=self.n_ctx)
-        if parsed.n_tokens != len(self.tokens):
-            raise EngineError(f"snapshot holds {parsed.n_tokens} cells for {len(self.tokens)} tokens")
-        return data, (canonicalize(data, parsed, self.engine.window) if canonical else None)
+        return _checked_state(self.engine, self._state_buffer(), len(self.tokens), canonical)
+
+    def capture(self) -> tuple[bytearray, tuple[int, ...]]:
+        """The whole-state bytes as llama.cpp wrote them and the tokens they hold: one copy now, the
+        checks, canonical form and hash later (`snapshot_of`, e.g. in the server's idle time)."""
+        return self._state_buffer(), tuple(self.tokens)
 
     def graft(self, snapshot: Snapshot, bytes_verified: bool = False) -> GraftResult:
         """Restore `snapshot` into this (empty) context at its own positions, byte-exactly.
@@ -394,3 +371,16 @@ class Session:
         self.tokens = [int(t) for t in tokens]
         self._has_logits = False
         return GraftResult(parsed.n_tokens, (t1 - t0) * 1e3, (t2 - t1) * 1e3)
+
+
+def snapshot_of(engine, data: bytearray, tokens: Sequence[int]) -> Snapshot:
+    """A canonical, checked Snapshot of bytes `Session.capture` took on `engine` (consumes `data`)."""
+    data, elided = _checked_state(engine, data, len(tokens), True)
+    return Snapshot.of(data, tokens, engine.fingerprint, elided)
+
+
+def _checked_state(engine, data: bytearray, n_tokens: int, canonical: bool):
+    parsed = parse_state(data, engine.layout, max_cells=engine.config.n_ctx)
+    if parsed.n_tokens != n_tokens:
+        raise EngineError(f"snapshot holds {parsed.n_tokens} cells for {n_tokens} tokens")
+    return data, (canonicalize(data, parsed, engine.window) if canonical else None)

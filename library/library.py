@@ -29,6 +29,7 @@ from .blobstore import BlobStore, StoredBlob, check_sha
 from .entry_writes import EntryWrites
 from .errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
 from .normalize import question_key
+from .prompt_cache import PromptCacheRecords
 from .provenance import ProvenanceRecords, now
 from .records import GRAFTABLE, NOT_KNOWLEDGE, UNPROVEN, Entry, ModelRecord
 from .retrieval import Retrieval
@@ -51,7 +52,9 @@ def _fts_query(text: str, any_term: bool) -> str | None:
     return (" OR " if any_term else " ").join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-class Library(EntryWrites, ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval, SourceRecords):
+class Library(
+    EntryWrites, ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval, SourceRecords, PromptCacheRecords
+):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -189,6 +192,7 @@ class Library(EntryWrites, ProvenanceRecords, LibraryReads, ThreadRecords, Retri
             for i in ids:
                 self._forget_sections(i)
                 self._db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [i])
+                self._db.execute("DELETE FROM cache_states WHERE entry_id = ?", [i])
                 self._db.execute("DELETE FROM entries WHERE id = ?", [i])
         return entry  # the blob stays until `gc` finds it unreferenced
 

@@ -7,13 +7,14 @@ from dataclasses import asdict, dataclass
 
 from .tokens import unpack_tokens
 
-KINDS = ("solution", "document", "prefix", "answer", "session")
+KINDS = ("solution", "document", "prefix", "answer", "session", "cache")
 # what a pack may carry: an "answer" entry (a solution's answer-ready state: its text and all but the
 # last token of its question suffix) is made where it is used, never exported
 PACK_KINDS = ("solution", "document", "prefix")
 # kinds that are not knowledge to answer from: an answer-ready state (its solution is the knowledge) and a
-# session (a conversation's state, app/answer/chat.py); ask, search and the library's token count skip them (SQL)
-NOT_KNOWLEDGE = "('answer', 'session')"
+# session (a conversation's state, app/answer/chat.py), a cache state (the server's prompt cache, app/serve/);
+# ask, search, the window's table and the library's token count skip them (SQL)
+NOT_KNOWLEDGE = "('answer', 'session', 'cache')"
 UNPROVEN = "unproven"
 LOCAL = "local"
 REPLAYED = "replayed"

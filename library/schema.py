@@ -228,6 +228,19 @@ def m010_sources(db: Database) -> None:
     db["source_sections"].create_index(["entry_id"])
 
 
+@migrations()
+def m011_prompt_cache(db: Database) -> None:
+    """The server's automatic states (kind `cache`, app/serve/): the schedule's block size they were
+    decoded with (a state is reused only by a request decoded in the same blocks), and when each was
+    last used (least recently used go first past the cache budget)."""
+    db["cache_states"].create(
+        {"entry_id": int, "block": int, "last_used": str, "hits": int},
+        pk="entry_id",
+        foreign_keys=[("entry_id", "entries", "id")],
+    )
+    db["cache_states"].create_index(["last_used"])
+
+
 def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens: int) -> None:
     tokens = unpack_tokens(tokens_blob)
     keys = prefix_keys(tokens, entry_key_lengths(n_tokens))
@@ -248,4 +261,5 @@ MIGRATIONS = [
     "m008_drop_receipts_table",
     "m009_threads",
     "m010_sources",
+    "m011_prompt_cache",
 ]

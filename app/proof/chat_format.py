@@ -116,3 +116,19 @@ class ChatFormat:
         (the plain format never needs it: its segments are always a prefix's continuation)."""
         rendered = self.render(model, self.messages(system, history, user), True)
         return self._tokens(model, rendered, at_start=not after_state)
+
+    def conversation(self, model, messages: list[dict]) -> list[int]:
+        """A whole conversation ({role, content} dicts, ending with the user's) as the prompt tokens of
+        the reply: the template's rendering with the generation prompt, or the plain format (system
+        messages first, then "User: ...\nAssistant:" turns with each reply after its "Assistant:")."""
+        if self.template is not None:
+            return self._tokens(model, self.render(model, messages, True), at_start=True)
+        system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+        text = f"{system}\n\n" if system else ""
+        turns = [m for m in messages if m["role"] != "system"]
+        for i, m in enumerate(turns):
+            if m["role"] == "user":
+                text += ("\n" if i else "") + f"User: {m['content']}\nAssistant:"
+            else:
+                text += f" {m['content']}" if m["content"] else ""
+        return model.tokenize(text, add_bos=True)

@@ -97,7 +97,7 @@ def library_items(service: LibraryService, entries: list[Entry]) -> list[Item]:
             schedule=e.schedule,
             vouched_by=e.vouched_by,
             entry_id=e.id,
-            stored_tokens=e.tokens if e.kind == "session" else None,
+            stored_tokens=e.tokens if e.kind in ("session", "cache") else None,
         )
         for e in entries
     ]

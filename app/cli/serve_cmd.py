@@ -1,0 +1,64 @@
+"""`kvgraft serve`: the OpenAI HTTP API over the library (app/serve/)."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from kvgraft.app.cli.common import cli_home, engine_options, handle_errors
+from kvgraft.app.serve.run import ServeError, ServeOptions, parse_size, serve
+
+
+@click.command("serve")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to bind (other than loopback needs a key)."
+)
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="TCP port.")
+@click.option(
+    "--api-key",
+    envvar="KVGRAFT_API_KEY",
+    default=None,
+    help="Require 'Authorization: Bearer KEY' on /v1 and /metrics [env: KVGRAFT_API_KEY].",
+)
+@click.option(
+    "--cache-budget",
+    default=None,
+    metavar="SIZE",
+    help="Disk for automatic prompt states, least recently used evicted past it (e.g. 2G; 0 stores none) "
+    "[default: 10% of the free disk, at most 20G].",
+)
+@click.option(
+    "--queue-size",
+    type=click.IntRange(1, 1024),
+    default=16,
+    show_default=True,
+    help="Requests that may wait; past it a 429.",
+)
+@click.option(
+    "--time-limit",
+    type=click.FloatRange(1),
+    default=600.0,
+    show_default=True,
+    help="Seconds a request may run (prompt and reply).",
+)
+@engine_options
+@handle_errors
+def serve_cmd(host, port, api_key, cache_budget, queue_size, time_limit, state) -> None:
+    """Serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics)
+    with a prompt cache that survives restarts: every prompt is decoded in aligned blocks, its states
+    are stored in the library, and a later request (after a restart too) grafts the longest one and
+    gets the same logits as a cold run."""
+    try:
+        opts = ServeOptions(
+            host=host,
+            port=port,
+            api_key=api_key,
+            budget_bytes=None if cache_budget is None else parse_size(cache_budget),
+            queue_size=queue_size,
+            time_limit_s=time_limit,
+        )
+        level = "info" if logging.getLogger().level <= logging.INFO else "warning"
+        serve(state.settings, cli_home(), opts, lambda m: click.echo(m, err=True), level)
+    except ServeError as exc:
+        raise click.UsageError(str(exc)) from None

@@ -1,0 +1,103 @@
+"""The server's prompt cache in the index: automatic states (kind `cache`), found by token prefix,
+evicted least recently used past a byte budget (app/serve/prompt_cache.py decides what to store).
+
+A cache state is an entry like any other (a blob, its tokens, `proof: local`: computed here) plus a
+`cache_states` row: the block size of the schedule that decoded it, when it was last used, how many
+times it was. Only a request decoded in the same blocks may reuse it, and only at its own length
+(a boundary of that request's schedule). Search, the window's table, packs and the token count never
+show it (records.NOT_KNOWLEDGE); the budget never touches any other kind.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from .provenance import now
+from .records import GRAFTABLE, LOCAL, Entry
+from .staging import staged
+from .tokens import prefix_keys
+
+CACHE = "cache"
+
+
+class PromptCacheRecords:
+    def cached_state(self, tokens: Sequence[int], lengths: Sequence[int], fingerprint: str, block: int) -> Entry | None:
+        """The longest cache state made under `fingerprint` in blocks of `block` whose tokens are
+        tokens[:L] for one of `lengths` (one indexed query over the candidates' prefix keys)."""
+        keys = prefix_keys(tokens, lengths)
+        if not keys:
+            return None
+        by_key = {k: length for length, k in keys.items()}
+        marks = ",".join("?" * len(by_key))
+        rows = self._db.execute(
+            "SELECT p.entry_id, p.length FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
+            "JOIN cache_states c ON c.entry_id = e.id "
+            f"WHERE p.full = 1 AND p.key IN ({marks}) AND e.fingerprint = ? AND c.block = ? AND {GRAFTABLE} "
+            "ORDER BY p.length DESC, p.entry_id DESC",
+            [*by_key, fingerprint, block],
+        ).fetchall()
+        want = list(tokens)
+        for entry_id, length in rows:
+            entry = self.get(entry_id)
+            if entry.kind == CACHE and entry.tokens == want[:length]:
+                return entry
+        return None
+
+    def add_cache_state(self, block: int, **entry) -> tuple[Entry, bool]:
+        """Store an automatic state (the keywords are `stage_entry`'s, kind `cache`) and its cache row
+        in one transaction; the same tokens again only mark it used."""
+        with staged(self) as staging:
+            existing, pending = self.stage_entry(staging, kind=CACHE, proof=LOCAL, **entry)
+            if existing is not None:
+                self.touch_cache_state(existing.id)
+                return existing, False
+            with staging.commit() as db:
+                entry_id, _ = self.write_staged(pending)
+                db.execute(
+                    "INSERT OR REPLACE INTO cache_states (entry_id, block, last_used, hits) VALUES (?, ?, ?, 0)",
+                    [entry_id, block, now()],
+                )
+        return self.get(entry_id), True
+
+    def touch_cache_state(self, entry_id: int) -> None:
+        with self.write() as db:
+            db.execute("UPDATE cache_states SET last_used = ?, hits = hits + 1 WHERE entry_id = ?", [now(), entry_id])
+
+    def cache_bytes(self) -> tuple[int, int]:
+        """(cache states, bytes of the blobs only cache states hold)."""
+        n = self._db.execute("SELECT count(*) FROM cache_states").fetchone()[0]
+        size = self._db.execute(
+            "SELECT coalesce(sum(b.size), 0) FROM blobs b WHERE b.sha256 IN "
+            "(SELECT e.blob_sha256 FROM entries e JOIN cache_states c ON c.entry_id = e.id) AND b.sha256 NOT IN "
+            f"(SELECT blob_sha256 FROM entries WHERE kind != '{CACHE}')"
+        ).fetchone()[0]
+        return n, int(size)
+
+    def evict_cache(self, budget_bytes: int) -> tuple[int, int]:
+        """Remove least recently used cache states (and the blobs only they held) until the blobs only
+        cache states hold fit `budget_bytes`. Returns (states removed, bytes freed)."""
+        removed = freed = 0
+        while True:
+            _, size = self.cache_bytes()
+            if size <= budget_bytes:
+                return removed, freed
+            row = self._db.execute("SELECT entry_id FROM cache_states ORDER BY last_used, entry_id LIMIT 1").fetchone()
+            if row is None:
+                return removed, freed
+            freed += self._remove_cache_state(row[0])
+            removed += 1
+
+    def _remove_cache_state(self, entry_id: int) -> int:
+        entry = self.get(entry_id)
+        with self.write() as db:
+            db.execute("DELETE FROM cache_states WHERE entry_id = ?", [entry_id])
+            db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [entry_id])
+            db.execute("DELETE FROM entries WHERE id = ?", [entry_id])
+            still = db.execute("SELECT 1 FROM entries WHERE blob_sha256 = ? LIMIT 1", [entry.blob_sha256]).fetchone()
+            pending = db.execute("SELECT 1 FROM pending_blobs WHERE sha256 = ? LIMIT 1", [entry.blob_sha256]).fetchone()
+            if still or pending:
+                return 0
+            size = db.execute("SELECT size FROM blobs WHERE sha256 = ?", [entry.blob_sha256]).fetchone()
+            db.execute("DELETE FROM blobs WHERE sha256 = ?", [entry.blob_sha256])
+        self.blobs.delete(entry.blob_sha256)  # after the commit: a crash before leaves a file gc reclaims
+        return int(size[0]) if size else 0
