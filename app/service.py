@@ -336,6 +336,11 @@ class LibraryService:
             vouched_by=vouched_by,
         )
 
+    def reserve_graft_buffer(self, n_bytes: int) -> None:
+        """Size the reused graft buffer now (a server at start), not on the first graft."""
+        if len(self._graft_buf) < n_bytes:
+            self._graft_buf = bytearray(n_bytes + n_bytes // 4)
+
     def graft(self, session: Session, entry: Entry) -> GraftResult:
         """Read the entry's blob (integrity-checked) and graft it into the empty `session`."""
         if entry.fingerprint != self.engine.fingerprint:
@@ -348,8 +353,7 @@ class LibraryService:
                 "run kvgraft verify --library --replay to prove it"
             )
         t0 = time.perf_counter()
-        if len(self._graft_buf) < entry.blob_size:
-            self._graft_buf = bytearray(entry.blob_size + entry.blob_size // 4)
+        self.reserve_graft_buffer(entry.blob_size)
         buf = self.library.read_blob(entry, into=self._graft_buf)  # checked, our own buffer: grafted without a copy
         read_ms = (time.perf_counter() - t0) * 1e3
         g = session.graft_buffer(buf, entry.tokens)

@@ -63,6 +63,12 @@ class PromptCacheRecords:
         with self.write() as db:
             db.execute("UPDATE cache_states SET last_used = ?, hits = hits + 1 WHERE entry_id = ?", [now(), entry_id])
 
+    def largest_cache_blob(self) -> int:
+        row = self._db.execute(
+            "SELECT coalesce(max(e.blob_size), 0) FROM entries e JOIN cache_states c ON c.entry_id = e.id"
+        ).fetchone()
+        return int(row[0])
+
     def cache_bytes(self) -> tuple[int, int]:
         """(cache states, bytes of the blobs only cache states hold)."""
         n = self._db.execute("SELECT count(*) FROM cache_states").fetchone()[0]

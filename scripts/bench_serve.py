@@ -92,6 +92,7 @@ class LlamaServer:
             "127.0.0.1",
             "--port",
             str(self.port),
+            "--no-repack",  # as kvgraft loads models: no extra CPU buffer types (the AMX path crashes: SIGILL here)
         ]
         self._log = open(self.log, "w")  # noqa: SIM115
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
@@ -205,9 +206,13 @@ def run_server(name, start, stop, system, docs, max_tokens, turns):
         d = scenario_d(srv.url, docs, max_tokens)
     finally:
         stop(srv)
-    srv = start()
+    srv = start()  # restarted: nothing warm; the next turn of (b)
     try:
         c_turn = complete(srv.url, conversation(system, replies, turns + 1), max_tokens)
+    finally:
+        stop(srv)
+    srv = start()  # restarted again, so that (a)'s question does not find the turn's system prompt warm
+    try:
         c_q = complete(srv.url, f"{system}\n\nQuestion: {QUESTIONS[0]}\nAnswer:", max_tokens)
     finally:
         stop(srv)

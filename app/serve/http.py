@@ -19,6 +19,7 @@ from pathlib import Path
 
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -142,7 +143,7 @@ class Server:
             self._authorize(request)
             self._ready()
             req = api.parse_request(await self._body(request), chat)
-            job, events = self._job(req)
+            job, events = await self._job(req)
             try:
                 self.worker.submit(job)
             except QueueFull as exc:
@@ -165,18 +166,18 @@ class Server:
             return EventSourceResponse(self._stream(request, req, job, events, prep), ping=15)
         return await self._whole(request, req, job, events, prep)
 
-    def _job(self, req: CompletionRequest) -> tuple[Job, asyncio.Queue]:
+    async def _job(self, req: CompletionRequest) -> tuple[Job, asyncio.Queue]:
         model = self.worker.service.engine.model
         stops = req.stop
         if req.chat:
             fmt = ChatFormat.for_model(model)
-            try:
-                tokens = fmt.conversation(model, req.messages)
+            try:  # off the event loop: a long prompt must not stall the other clients' streams
+                tokens = await run_in_threadpool(fmt.conversation, model, req.messages)
             except ChatFormatError as exc:
                 raise api.bad("messages", str(exc)) from None
             stops = tuple(dict.fromkeys(stops + fmt.stops))
         else:
-            tokens = model.tokenize(req.prompt, add_bos=True)
+            tokens = await run_in_threadpool(model.tokenize, req.prompt, True)
         n_ctx = self.worker.service.engine.config.n_ctx
         if len(tokens) >= n_ctx:
             raise ApiError(

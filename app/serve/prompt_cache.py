@@ -99,6 +99,16 @@ class PromptCache:
             self._points = []
         return self._session
 
+    def warm_up(self) -> None:
+        """At start, not in the first request's time: make the context, run one decode through it, and
+        size the graft buffer for the largest stored state. A reset context computes like a new one
+        (tests/test_warm_context.py), so this changes no bits."""
+        s = self.session
+        s.prefill([self.engine.model.bos])
+        s.logits()
+        s.reset(clear_data=False)
+        self.service.reserve_graft_buffer(self.library.largest_cache_blob())
+
     @property
     def pending(self) -> int:
         return len(self._pending)

@@ -4,7 +4,9 @@ The HTTP side (app/serve/http.py) turns each request into a `Job` and `submit`s 
 refused at once (`QueueFull`: a 429). The thread prepares the prompt through the prompt cache, decodes
 through the one decode loop, and sends what happens back through `job.emit` (called on this thread;
 the HTTP side makes it thread-safe). A job whose client went away (`job.cancel`) stops at the next
-call or token and frees the engine. Between jobs, the thread stores the states the cache captured.
+call or token and frees the engine. After each response (and while idle), the thread stores the
+states the cache captured: all of them when no request waits, else one per request, so a steady
+stream of requests does not starve them.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ class EngineWorker:
         try:
             self.service = self._open_service()
             self.cache = PromptCache(self.service, self._budget, self._block)
+            self.cache.warm_up()  # the context is made now, not in the first request's time to first token
         except BaseException as exc:  # noqa: BLE001 (reported by /health and at start, never swallowed)
             self.load_error = exc
             self.ready.set()
@@ -117,6 +120,11 @@ class EngineWorker:
                 self._serve(job)
             finally:
                 self.busy = False
+            # the response is out: store what it captured now, all of it when nobody waits, else one
+            # state (a client that sends its next request at once must not starve the stores)
+            self._store_one()
+            while cache.pending and self._q.empty():
+                self._store_one()
         stored = cache.flush() if getattr(self, "_store_on_stop", True) else 0
         dropped = cache.pending
         self.stopped_with = {"stored": stored, "dropped": dropped}
@@ -125,11 +133,12 @@ class EngineWorker:
         self.service.engine.close()
         self.service.library.close()
 
-    def _store_one(self) -> None:
+    def _store_one(self) -> bool:
         try:
-            self.cache.store_one()
+            return self.cache.store_one()
         except (EngineError, LibraryError, OSError) as exc:  # a cache store is an optimisation: log, go on
             log.warning("an automatic state was not stored: %s", exc)
+            return True
 
     def _serve(self, job: Job) -> None:
         if job.cancel.is_set():
