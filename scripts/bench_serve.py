@@ -128,7 +128,7 @@ def complete(url: str, prompt: str, max_tokens: int) -> dict:
         "cache_prompt": True,
     }
     t0 = time.perf_counter()
-    ttft, text, lps, usage, timings = None, "", [], {}, {}
+    ttft, text, lps, usage, timings, kv = None, "", [], {}, {}, {}
     with httpx.stream("POST", url + "/v1/completions", json=body, timeout=600) as r:
         r.raise_for_status()
         for line in r.iter_lines():
@@ -137,6 +137,7 @@ def complete(url: str, prompt: str, max_tokens: int) -> dict:
             ev = json.loads(line[6:])
             usage = ev.get("usage") or usage
             timings = ev.get("timings") or timings
+            kv = ev.get("kvgraft") or kv
             for ch in ev.get("choices") or []:
                 if ch.get("text") and ttft is None:
                     ttft = time.perf_counter() - t0
@@ -154,6 +155,7 @@ def complete(url: str, prompt: str, max_tokens: int) -> dict:
         "cached": cached,
         "logprobs": lps,
         "prompt_tokens": usage.get("prompt_tokens"),
+        "kvgraft": kv,
     }
 
 
@@ -186,7 +188,16 @@ def scenario_d(url, docs, max_tokens, rounds=2):
 def summary(rs) -> dict:
     t = sorted(r["ttft"] for r in rs)
     p90 = t[min(len(t) - 1, int(round(0.9 * (len(t) - 1))))]
+    kv = [r["kvgraft"] for r in rs if r.get("kvgraft")]
+    where = {}
+    if kv:
+        where = {
+            "prefilled_median": statistics.median(k["tokens_prefilled"] for k in kv),
+            "prefill_ms_median": statistics.median(k["prefill_ms"] for k in kv),
+            "graft_ms_median": statistics.median(k["graft_ms"] for k in kv),
+        }
     return {
+        "where": where,
         "n": len(rs),
         "ttft_median_s": statistics.median(t),
         "ttft_p90_s": p90,
@@ -283,6 +294,15 @@ def main() -> int:
             f"{s['ttft_p90_s']:.3f} s | {s['ttft_median_s'] / k['ttft_median_s']:.1f}x | {k['wall_s']:.1f} s | "
             f"{s['wall_s']:.1f} s | {k['cached_tokens']} / {s['cached_tokens']} of {k['prompt_tokens']} |"
         )
+    print()
+    print("Where kvgraft's time to first token went (medians of its `kvgraft` objects):")
+    for label, key in rows:
+        w = kv[key]["where"]
+        if w:
+            print(
+                f"  {label}: {w['prefilled_median']:.0f} tokens prefilled in {w['prefill_ms_median']:.0f} ms, "
+                f"graft {w['graft_ms_median']:.0f} ms"
+            )
     for name, r in (("kvgraft serve", kv), ("llama-server", ls)):
         print(
             f"{name}: logprobs of (a)'s first question equal cold / repeated / after restart: "
