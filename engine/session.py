@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import decoding
+from . import decoding, scoring
 from .bindings import llama
 from .compaction import canonicalize
 from .decoding import Generation, TokenFn
@@ -197,12 +197,17 @@ class Session:
             if on_progress is not None:
                 on_progress(start + len(chunk), total)  # may raise Cancelled: it goes to the caller
 
-    def _decode(self, chunk: list[int], want_last_logits: bool) -> None:
+    def prefill_scored(self, tokens: Sequence[int]) -> np.ndarray:
+        """`prefill` that also returns each token's log-probability given all before it (engine/scoring.py)."""
+        self._check()
+        return scoring.prefill_scored(self, tokens)
+
+    def _decode(self, chunk: list[int], want_last_logits: bool, all_logits: bool = False) -> None:
         n = len(chunk)
         p0 = self.n_past
         self._b_tokens[:n] = chunk
         self._b_pos[:n] = np.arange(p0, p0 + n, dtype=np.int32)
-        self._b_logits[:n] = 0
+        self._b_logits[:n] = 1 if all_logits else 0
         if want_last_logits:
             self._b_logits[n - 1] = 1
         self._batch.n_tokens = n
