@@ -12,7 +12,8 @@ from typing import Sequence
 import numpy as np
 
 from .bindings import llama
-from .errors import DecodeError, EngineError
+from .errors import EngineError
+from .sampling import log_softmax
 
 
 def prefill_scored(session, tokens: Sequence[int]) -> np.ndarray:
@@ -20,14 +21,10 @@ def prefill_scored(session, tokens: Sequence[int]) -> np.ndarray:
     every position; returns the natural-log probability of each token after the first given all
     before it (float64, len(tokens) - 1 values). Whether asking for every position's logits
     changes the bits of the cache is measured by `scripts/scored_prefill_bits.py`."""
-    tokens = [int(t) for t in tokens]
     if len(tokens) < 2:
         raise EngineError("scoring needs at least two tokens")
-    if session.n_past + len(tokens) > session.n_ctx:
-        raise DecodeError(f"context full: {session.n_past} + {len(tokens)} tokens > n_ctx {session.n_ctx}")
+    tokens = session._fitting(tokens)
     n_vocab = session.engine.model.info.n_vocab
-    if any(not 0 <= t < n_vocab for t in tokens):
-        raise EngineError(f"a token id is outside the vocabulary (0..{n_vocab - 1})")
     out = np.empty(len(tokens) - 1, dtype=np.float64)
     n_batch = session.engine.config.n_batch
     for start in range(0, len(tokens), n_batch):
@@ -38,7 +35,5 @@ def prefill_scored(session, tokens: Sequence[int]) -> np.ndarray:
             if at + 1 >= len(tokens):
                 break
             ptr = llama.llama_get_logits_ith(session._ctx, i)
-            z = np.ctypeslib.as_array(ptr, shape=(n_vocab,)).astype(np.float64)
-            m = z.max()
-            out[at] = z[tokens[at + 1]] - m - np.log(np.exp(z - m).sum())
+            out[at] = log_softmax(np.ctypeslib.as_array(ptr, shape=(n_vocab,)))[tokens[at + 1]]
     return out

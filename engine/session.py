@@ -179,15 +179,9 @@ class Session:
         (`tokens` says which), consistent and usable: `reset()` it to reuse it, or close it
         (LibraryService.session closes its warm context on any exception)."""
         self._check()
-        tokens = [int(t) for t in tokens]
+        tokens = self._fitting(tokens)
         if not tokens:
             return
-        n_vocab = self.engine.model.info.n_vocab
-        for t in tokens:
-            if not 0 <= t < n_vocab:
-                raise EngineError(f"token id {t} is outside the vocabulary (0..{n_vocab - 1})")
-        if self.n_past + len(tokens) > self.n_ctx:
-            raise DecodeError(f"context full: {self.n_past} + {len(tokens)} tokens > n_ctx {self.n_ctx}")
         n_batch = self.engine.config.n_batch
         total = len(tokens)
         for start in range(0, total, n_batch):
@@ -201,6 +195,17 @@ class Session:
         """`prefill` that also returns each token's log-probability given all before it (engine/scoring.py)."""
         self._check()
         return scoring.prefill_scored(self, tokens)
+
+    def _fitting(self, tokens: Sequence[int]) -> list[int]:
+        """`tokens` as ints, checked against the vocabulary and the room left in the context."""
+        tokens = [int(t) for t in tokens]
+        n_vocab = self.engine.model.info.n_vocab
+        for t in tokens:
+            if not 0 <= t < n_vocab:
+                raise EngineError(f"token id {t} is outside the vocabulary (0..{n_vocab - 1})")
+        if self.n_past + len(tokens) > self.n_ctx:
+            raise DecodeError(f"context full: {self.n_past} + {len(tokens)} tokens > n_ctx {self.n_ctx}")
+        return tokens
 
     def _decode(self, chunk: list[int], want_last_logits: bool, all_logits: bool = False) -> None:
         n = len(chunk)

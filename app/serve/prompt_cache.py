@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from kvgraft.app.proof.replay import schedule_of
 from kvgraft.app.serve.schedule import BLOCK, aligned_end, calls_from, reuse_points
 from kvgraft.app.service import LibraryService, model_record
 from kvgraft.engine.errors import DecodeError
@@ -208,15 +209,9 @@ class PromptCache:
             return False
         point, data, tokens = self._pending.popleft()
         snap = snapshot_of(self.engine, data, tokens)
-        calls = (
-            calls_from(0, len(tokens) + 1, self.block)[:-1]
-            if point % self.block
-            else [self.block] * (point // self.block)
-        )
-        cfg = self.engine.config
-        schedule = {"prefill": "chunks", "n_batch": cfg.n_batch, "n_ubatch": cfg.n_ubatch}
-        if len(calls) > 1:
-            schedule["then"] = calls[1:]
+        # the calls that decoded it: a prompt one token longer's, but for its last token alone
+        calls = calls_from(0, len(tokens) + 1, self.block)[:-1]
+        schedule = {**schedule_of(self.engine), **({"then": calls[1:]} if len(calls) > 1 else {})}
         _, created = self.library.add_cache_state(
             self.block,
             text=self.engine.model.detokenize(tokens),
