@@ -191,10 +191,11 @@ class Session:
             if on_progress is not None:
                 on_progress(start + len(chunk), total)  # may raise Cancelled: it goes to the caller
 
-    def prefill_scored(self, tokens: Sequence[int]) -> np.ndarray:
-        """`prefill` that also returns each token's log-probability given all before it (engine/scoring.py)."""
+    def prefill_scored(self, tokens: Sequence[int], first: int = 1, end: int | None = None) -> np.ndarray:
+        """`prefill` that also returns the log-probability of tokens[first:end], each given all before
+        it (engine/scoring.py)."""
         self._check()
-        return scoring.prefill_scored(self, tokens)
+        return scoring.prefill_scored(self, tokens, first, end)
 
     def _fitting(self, tokens: Sequence[int]) -> list[int]:
         """`tokens` as ints, checked against the vocabulary and the room left in the context."""
@@ -207,12 +208,14 @@ class Session:
             raise DecodeError(f"context full: {self.n_past} + {len(tokens)} tokens > n_ctx {self.n_ctx}")
         return tokens
 
-    def _decode(self, chunk: list[int], want_last_logits: bool, all_logits: bool = False) -> None:
+    def _decode(self, chunk: list[int], want_last_logits: bool, logit_rows: range = range(0)) -> None:
         n = len(chunk)
         p0 = self.n_past
         self._b_tokens[:n] = chunk
         self._b_pos[:n] = np.arange(p0, p0 + n, dtype=np.int32)
-        self._b_logits[:n] = 1 if all_logits else 0
+        self._b_logits[:n] = 0
+        for i in logit_rows:  # rows whose logits the caller reads (llama_get_logits_ith)
+            self._b_logits[i] = 1
         if want_last_logits:
             self._b_logits[n - 1] = 1
         self._batch.n_tokens = n

@@ -59,7 +59,7 @@ def same_numbers(question: str, stored_question: str) -> bool:
 STEM_ONLY = 0.5
 
 
-def _surface_words(entry: Entry) -> set[str]:
+def surface_words(entry: Entry) -> set[str]:
     """The entry's words as written (lower case), for telling an exact match from a stemmed one."""
     text = f"{entry.title or ''} {entry.question or ''} {entry.text}".lower()
     return set("".join(c if c.isalnum() else " " for c in text).split())
@@ -104,7 +104,7 @@ class Retrieval:
         out = []
         for entry_id, score in rows:
             entry = self.get(entry_id)
-            surface = _surface_words(entry)
+            surface = surface_words(entry)
             have = [
                 t
                 for t in terms

@@ -1,25 +1,26 @@
 #!/usr/bin/env python3
 """Questions answered from the whole library: a held-out evaluation of retrieval and answers.
 
-    .venv/bin/python scripts/library_qa.py [--docs 30] [--seed 1] [--home DIR] [--json]
+    .venv/bin/python scripts/library_qa.py [--set easy,paraphrase,neardup,pydoc] [--docs 30] [--seed 1] [--json]
 
-Builds N invented documents (a fact about made-up names inside 1,000 to 2,500 words of filler, so
-the model cannot know it), writes each to a .txt file and deposits the files as `kvgraft deposit
-FILE...` does (app/ingest/documents.py), and asks one question per document plus N/3 questions
-about names that are in no document. It reports: retrieval hit rate (the right document first and
-above the threshold), accuracy from the library (`kvgraft ask`), accuracy fresh (no library), the
-ceiling (the right document given with --context), false retrievals on the absent questions, the
-time per answer, and the library's size as a multiple of n_ctx. It prints the coverage of right hits
-and of absent questions, to tune RETRIEVAL_MIN_COVERAGE (app/ask.py): tune with one seed (the default
-tuning seed is 101), report with another (the README uses seed 1). An answer counts as correct when
-it contains the fact's key (a surname, a year, a river's name), case-insensitive.
+For each set (scripts/qa_sets.py: questions in the documents' words, questions in other words about
+documents that mention each other, near-duplicates told apart by the year asked, and real texts from
+Python's own documentation), the documents are written to .txt files and deposited into a library of
+their own as `kvgraft deposit FILE...` does. Each question is then asked by `kvgraft ask`'s own path
+under both acceptance rules, side by side in one run: `words` (a document is grafted only when its
+words cover the question: the rule before) and `reading` (the model's reading decides where words do
+not: app/answer/reading.py). Also asked: fresh (no library) and with the right document given
+(`--context`, the ceiling). Reported per set and rule: retrieval hit rate (the right document
+grafted), accuracy from the library, false retrievals on questions about names no document holds,
+and the median time per answer (where words decided, where the reading decided, and for the
+absent questions). Tune with one seed (the default tuning seed is 101), report with another (the
+README uses seed 1). An answer counts as correct when it contains the key, case-insensitive.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import sys
 import tempfile
@@ -27,149 +28,150 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from kvgraft.app.answer.ask import RETRIEVAL_MIN_COVERAGE, ask  # noqa: E402
+from kvgraft.app.answer.ask import RULES, ask  # noqa: E402
+from kvgraft.app.answer.thresholds import READ_MIN_GAIN, READ_MIN_MARGIN, RETRIEVAL_MIN_COVERAGE  # noqa: E402
 from kvgraft.app.core.runtime import Settings, open_engine  # noqa: E402
-from kvgraft.app.core.textgen import synthetic_text  # noqa: E402
 from kvgraft.app.ingest.documents import deposit_file  # noqa: E402
 from kvgraft.app.service import LibraryService, open_library  # noqa: E402
+from scripts.qa_sets import SETS  # noqa: E402
 
-SYLLABLES = "dor mar vel qu ist an bel tor ren sal mi ka lo thu ven gri os pa zel run fe ad ko lys".split()
-ROLES = ["lighthouse keeper", "harbor master", "head brewer", "chief archivist", "bridge warden", "clockmaker"]
 BUDGET = 16
 
 
-def name(rng: random.Random, parts: int = 2) -> str:
-    return "".join(rng.choice(SYLLABLES) for _ in range(parts)).capitalize()
+def _med(xs) -> float | None:
+    xs = list(xs)
+    return round(statistics.median(xs)) if xs else None
 
 
-def make_doc(rng: random.Random, i: int) -> dict:
-    place = name(rng, 3)
-    kind = i % 3
-    if kind == 0:
-        role, person = rng.choice(ROLES), f"{name(rng)} {name(rng, 3)}"
-        fact = f"The {role} of {place} is {person}."
-        question, key = f"Who is the {role} of {place}?", person.split()[-1]
-    elif kind == 1:
-        year = str(rng.randint(1200, 1899))
-        fact = f"The town of {place} was founded in the year {year}."
-        question, key = f"In what year was {place} founded?", year
-    else:
-        river = name(rng, 3)
-        fact = f"The river that runs through {place} is called the {river}."
-        question, key = f"What is the river that runs through {place} called?", river
-    words = rng.randint(1000, 2500)
-    paras = [synthetic_text(120, rng.randrange(1 << 30)) for _ in range(max(2, words // 120))]
-    paras.insert(rng.randrange(len(paras) + 1), fact)
-    title = f"Survey notes on {place}"
-    return {"title": title, "text": f"{title}\n\n" + "\n\n".join(paras), "question": question, "key": key}
+def run_set(engine, set_name: str, seed: int, n: int, home: Path) -> dict:
+    docs, absent = SETS[set_name](seed, n)
+    rows, absent_rows = [], []
+    with open_library(home) as lib, LibraryService(engine, lib) as service:
+        files = home / "documents"
+        files.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        for k, d in enumerate(docs):
+            f = files / f"doc{k:03d}.txt"
+            f.write_text(d["text"], encoding="utf-8")
+            fd = deposit_file(service, f)
+            d["entry_ids"] = [e.id for e in fd.entries]
+            print(f"{set_name}: deposit {k + 1}/{len(docs)}", file=sys.stderr, flush=True)
+        deposit_s = time.perf_counter() - t0
+        for k, d in enumerate(docs):
+            key = d["key"].lower()
+            ranked = [x.entry.id for x in lib.rank_documents(d["question"], engine.fingerprint)]
+            right = [i for i, x in enumerate(ranked) if x in d["entry_ids"]]
+            row = {"question": d["question"], "key": d["key"], "bm25_rank": right[0] + 1 if right else None}
+            for rule in RULES:
+                r = ask(service, d["question"], budget=BUDGET, rule=rule)
+                row[rule] = {
+                    "hit": r.source == "retrieved" and r.entry_id in d["entry_ids"],
+                    "source": r.source,
+                    "by": ("reading" if r.gain is not None else "words") if r.source == "retrieved" else None,
+                    "ok": key in r.answer.lower(),
+                    "ms": r.wall_ms,
+                    "coverage": r.coverage,
+                    "gain": r.gain,
+                    "next_gain": r.next_gain,
+                    "why": r.not_grafted,
+                    "answer": r.answer,
+                }
+            row["fresh_ok"] = key in ask(service, d["question"], budget=BUDGET, use_library=False).answer.lower()
+            row["ceiling_ok"] = key in ask(service, d["question"], budget=BUDGET, context=d["text"]).answer.lower()
+            rows.append(row)
+            print(
+                f"{set_name}: ask {k + 1}/{len(docs)}: " + " ".join(f"{x}={row[x]['hit']}" for x in RULES),
+                file=sys.stderr,
+                flush=True,
+            )
+        for q in absent:
+            row = {"question": q}
+            for rule in RULES:
+                r = ask(service, q, budget=BUDGET, rule=rule)
+                row[rule] = {
+                    "retrieved": r.source == "retrieved",
+                    "ms": r.wall_ms,
+                    "gain": r.gain,
+                    "next_gain": r.next_gain,
+                    "why": r.not_grafted,
+                }
+            absent_rows.append(row)
+        tokens = lib.stats(n_ctx=engine.config.n_ctx)["tokens"]
+    n_q = len(rows)
+    summary = {
+        "set": set_name,
+        "documents": len(docs),
+        "document_tokens": tokens,
+        "absent_questions": len(absent_rows),
+        "deposit_s": round(deposit_s, 1),
+        "accuracy_ceiling": sum(r["ceiling_ok"] for r in rows) / n_q,
+        "accuracy_fresh": sum(r["fresh_ok"] for r in rows) / n_q,
+    }
+    for rule in RULES:
+        mine = [r[rule] for r in rows]
+        summary[rule] = {
+            "hit_rate": sum(m["hit"] for m in mine) / n_q,
+            "accuracy_library": sum(m["ok"] for m in mine) / n_q,
+            "false_retrievals": sum(a[rule]["retrieved"] for a in absent_rows),
+            "median_ms": _med(m["ms"] for m in mine),
+            "median_ms_words": _med(m["ms"] for m in mine if m["by"] == "words"),
+            "median_ms_reading": _med(m["ms"] for m in mine if m["by"] == "reading"),
+            "median_ms_absent": _med(a[rule]["ms"] for a in absent_rows),
+            "decided_by_reading": sum(m["by"] == "reading" for m in mine),
+        }
+    return {"summary": summary, "questions": rows, "absent": absent_rows}
 
 
-def absent_question(rng: random.Random) -> str:
-    return f"Who is the {rng.choice(ROLES)} of {name(rng, 3)}?"
+def _pct(x: float) -> str:
+    return f"{x:.0%}"
+
+
+def print_table(seed: int, results: list[dict]) -> None:
+    print(
+        f"seed {seed}; words: coverage >= {RETRIEVAL_MIN_COVERAGE}; reading: gain >= {READ_MIN_GAIN} nats/token, "
+        f"lead >= {READ_MIN_MARGIN}"
+    )
+    print("set         rule     hit   library  ceiling  fresh  false  median ms (words / reading / absent)")
+    for res in results:
+        s = res["summary"]
+        for rule in RULES:
+            x = s[rule]
+            parts = (x["median_ms_words"], x["median_ms_reading"], x["median_ms_absent"])
+            ms = " / ".join("-" if v is None else str(v) for v in parts)
+            print(
+                f"{s['set']:<11} {rule:<8} {_pct(x['hit_rate']):>4} {_pct(x['accuracy_library']):>8} "
+                f"{_pct(s['accuracy_ceiling']):>8} {_pct(s['accuracy_fresh']):>6} "
+                f"{x['false_retrievals']:>2}/{s['absent_questions']:<3} {x['median_ms']:>5}  ({ms})"
+            )
+    for res in results:
+        s = res["summary"]
+        print(
+            f"{s['set']}: {s['documents']} documents, {s['document_tokens']:,} tokens, deposited in {s['deposit_s']} s"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--docs", type=int, default=30)
+    ap.add_argument("--set", default="easy,paraphrase,neardup,pydoc", help="comma-separated: " + ", ".join(SETS))
+    ap.add_argument("--docs", type=int, default=30, help="documents per invented set (pydoc has 21)")
     ap.add_argument("--seed", type=int, default=101, help="101 tunes; report with another (the README: 1)")
-    ap.add_argument("--home", type=Path, default=None, help="data dir (default: a temporary one)")
-    ap.add_argument("--json", action="store_true", help="print the summary as JSON")
+    ap.add_argument("--json", type=Path, default=None, help="also write every answer and the summary here")
     args = ap.parse_args(argv)
-    rng = random.Random(args.seed)
-    docs: list[dict] = []
-    for i in range(args.docs):
-        d = make_doc(rng, i)
-        while any(x["title"] == d["title"] for x in docs):  # one document per place: a question names one
-            d = make_doc(rng, i)
-        docs.append(d)
-    held = {d["title"].split()[-1].lower() for d in docs}  # a drawn name may be one a document holds
-    absent = []
-    while len(absent) < max(1, args.docs // 3):
-        q = absent_question(rng)
-        if q.rstrip("?").split()[-1].lower() not in held:
-            absent.append(q)
-    tmp = None if args.home else tempfile.TemporaryDirectory()
-    home = args.home or Path(tmp.name)
-    settings = Settings()
-    engine = open_engine(settings, on_progress=lambda m: print(m, file=sys.stderr))
-    rows, absent_rows = [], []
+    names = [x.strip() for x in args.set.split(",") if x.strip()]
+    unknown = [x for x in names if x not in SETS]
+    if unknown:
+        ap.error(f"unknown set {', '.join(unknown)}: one of {', '.join(SETS)}")
+    engine = open_engine(Settings(), on_progress=lambda m: print(m, file=sys.stderr))
+    results = []
     try:
-        with open_library(home) as lib, LibraryService(engine, lib) as service:
-            t0 = time.perf_counter()
-            files = home / "documents"
-            files.mkdir(parents=True, exist_ok=True)
-            for k, d in enumerate(docs):
-                f = files / f"doc{k:03d}.txt"
-                f.write_text(d["text"], encoding="utf-8")
-                fd = deposit_file(service, f)
-                d["entry_id"] = fd.entries[0].id
-                d["title"] = fd.title
-                print(f"deposit {k + 1}/{len(docs)}", file=sys.stderr, flush=True)
-            deposit_s = time.perf_counter() - t0
-            for k, d in enumerate(docs):
-                lib_r = ask(service, d["question"], budget=BUDGET)
-                fresh = ask(service, d["question"], budget=BUDGET, use_library=False)
-                ceiling = ask(service, d["question"], budget=BUDGET, context=d["text"], use_library=True)
-                key = d["key"].lower()
-                rows.append(
-                    {
-                        "question": d["question"],
-                        "key": d["key"],
-                        "hit": lib_r.source == "retrieved" and lib_r.entry_id == d["entry_id"],
-                        "score": lib_r.score,
-                        "coverage": lib_r.coverage,
-                        "library_ok": key in lib_r.answer.lower(),
-                        "fresh_ok": key in fresh.answer.lower(),
-                        "ceiling_ok": key in ceiling.answer.lower(),
-                        "library_ms": lib_r.wall_ms,
-                        "answer": lib_r.answer,
-                    }
-                )
-                print(f"ask {k + 1}/{len(docs)}: {rows[-1]['hit']} {lib_r.answer!r}", file=sys.stderr, flush=True)
-            for q in absent:
-                r = ask(service, q, budget=BUDGET)
-                absent_rows.append(
-                    {"question": q, "retrieved": r.source == "retrieved", "score": r.score, "coverage": r.coverage}
-                )
-            size = lib.stats(n_ctx=engine.config.n_ctx)
+        for set_name in names:
+            with tempfile.TemporaryDirectory() as tmp:
+                results.append(run_set(engine, set_name, args.seed, args.docs, Path(tmp)))
     finally:
         engine.close()
-        if tmp is not None:
-            tmp.cleanup()
-    n = len(rows)
-    hit_scores = sorted(r["coverage"] for r in rows if r["hit"])
-    absent_scores = sorted(r["coverage"] for r in absent_rows if r["coverage"] is not None)
-    summary = {
-        "seed": args.seed,
-        "documents": n,
-        "threshold": RETRIEVAL_MIN_COVERAGE,
-        "retrieval_hit_rate": sum(r["hit"] for r in rows) / n,
-        "accuracy_library": sum(r["library_ok"] for r in rows) / n,
-        "accuracy_fresh": sum(r["fresh_ok"] for r in rows) / n,
-        "accuracy_ceiling": sum(r["ceiling_ok"] for r in rows) / n,
-        "false_retrievals": sum(r["retrieved"] for r in absent_rows),
-        "absent_questions": len(absent_rows),
-        "median_ms_per_answer": statistics.median(r["library_ms"] for r in rows),
-        "document_tokens": size["tokens"],
-        "context_multiple": round(size["context_multiple"], 2),
-        "deposit_s": round(deposit_s, 1),
-        "min_hit_coverage": hit_scores[0] if hit_scores else None,
-        "max_absent_coverage": absent_scores[-1] if absent_scores else None,
-    }
-    if args.json:
-        print(json.dumps({"summary": summary, "questions": rows, "absent": absent_rows}, indent=1))
-    else:
-        s = summary
-        print(
-            f"{n} documents, {s['document_tokens']:,} tokens ({s['context_multiple']}x n_ctx), seed {s['seed']}, "
-            f"threshold {s['threshold']}\n"
-            f"retrieval hit rate {s['retrieval_hit_rate']:.0%}; accuracy: library {s['accuracy_library']:.0%}, "
-            f"right document given {s['accuracy_ceiling']:.0%}, fresh {s['accuracy_fresh']:.0%}\n"
-            f"false retrievals {s['false_retrievals']}/{s['absent_questions']} questions about absent names; "
-            f"median {s['median_ms_per_answer']:.0f} ms per answer from the library\n"
-            f"coverage: lowest right hit {s['min_hit_coverage']}, highest absent question {s['max_absent_coverage']}"
-        )
+    if args.json is not None:
+        args.json.write_text(json.dumps({"seed": args.seed, "sets": results}, indent=1), encoding="utf-8")
+    print_table(args.seed, results)
     return 0
 
 

@@ -9,7 +9,7 @@ from the documents already stored. Runs in the background across sessions:
     .venv/bin/python scripts/widen.py --home ~/.cache/kvgraft-widen --summary    # table + extrapolation
 
 With --qa the library is filled instead with invented documents, each holding one fact about made-up
-names (scripts/library_qa.py's generator, one seeded draw per document, so a rerun continues), and at
+names (scripts/qa_sets.py's easy set, one seeded draw per document, so a rerun continues), and at
 each of --qa-at library sizes (and at the end) it asks the question of --ask random stored documents
 and --ask/3 questions about absent names, through `kvgraft ask`'s own path (retrieval, graft, answer).
 One JSON line per checkpoint (`"event": "qa"`: hit rate, accuracy, false retrievals, ms per answer,

@@ -1,6 +1,6 @@
 """Questions over the wide library: `scripts/widen.py --qa` (the fill, its checkpoints, --compare, --summary).
 
-The fill deposits invented documents (scripts/library_qa.py's generator, one seeded draw per
+The fill deposits invented documents (scripts/qa_sets.py's easy set, one seeded draw per
 document, one document per place name) and, at each checkpoint size, asks the questions of random
 stored documents and about absent names through `kvgraft ask`'s own path. `<home>/qa_docs.jsonl`
 holds one line per stored document (its question, key, entry id); `<home>/widen.jsonl` the events.
@@ -16,7 +16,8 @@ from pathlib import Path
 from kvgraft.app.service import LibraryService
 from kvgraft.library.library import Library
 from scripts.library_qa import BUDGET as QA_BUDGET
-from scripts.library_qa import absent_question, make_doc
+from scripts.qa_sets import absent_question
+from scripts.qa_sets import easy_doc as make_doc
 
 
 def qa_doc(seed: int, i: int, attempt: int = 0) -> dict:

@@ -63,8 +63,9 @@ def test_a_question_is_answered_from_the_document_that_holds_it(library):
 
 
 def test_a_question_about_an_absent_name_is_answered_fresh_and_says_so(library):
+    """The words rule (the real model's reading of such a question: tests/test_reading.py)."""
     service, _lib, _ids = library
-    r = ask(service, "Who is the head brewer of Marlystor?", budget=4)
+    r = ask(service, "Who is the head brewer of Marlystor?", budget=4, rule="words")
     assert r.source == "fresh" and r.coverage is not None and r.coverage < ask_mod.RETRIEVAL_MIN_COVERAGE
     assert "no stored document covers the question" in r.provenance()
     assert ask(service, "What is the capital of France?", budget=4).source == "fresh"
@@ -77,7 +78,7 @@ def test_the_threshold_and_the_switches(library, monkeypatch):
     assert ask(service, q, budget=2, retrieve=False).source == "fresh"
     assert ask(service, q, budget=2, use_library=False).source == "fresh"
     monkeypatch.setattr(ask_mod, "RETRIEVAL_MIN_COVERAGE", 1.01)
-    assert ask(service, q, budget=2).source == "fresh"
+    assert ask(service, q, budget=2, rule="words").source == "fresh"
 
 
 def test_unproven_documents_and_solutions_are_never_retrieved(library):

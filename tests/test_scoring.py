@@ -46,3 +46,26 @@ def test_scoring_refuses_what_it_cannot_score(engine):
             s.prefill_scored([engine.model.bos])
         with pytest.raises(EngineError, match="vocabulary"):
             s.prefill_scored([1, 10**9])
+
+
+def test_scoring_a_span_leaves_the_bits_of_a_plain_prefill(engine):
+    """The reading's scoring pass is the winner's answer prefill (app/answer/reading.py): asking for the
+    logits at the question's positions must leave the cache and the last logits as a plain prefill does."""
+    from kvgraft.app.core.textgen import prefix_tokens
+    from kvgraft.engine.compare import logits_sha256
+
+    doc = prefix_tokens(engine.model, 300, 3)
+    q = engine.model.tokenize("\n\nQ: Who is in charge of the port at Belmor?\nA:", add_bos=False)
+    first, end = 4, len(q) - 2
+    runs = []
+    for scored in (False, True, None):
+        with engine.session() as s:
+            s.prefill(doc)
+            lp = s.prefill(q) if scored is False else s.prefill_scored(q, first, end) if scored else s.prefill_scored(q)
+            runs.append((logits_sha256(s.logits()), s.snapshot().sha256, lp))
+    assert runs[1][:2] == runs[0][:2] == runs[2][:2]
+    span, whole = runs[1][2], runs[2][2]
+    assert span.shape == (end - first,)
+    assert np.allclose(span, whole[first - 1 : end - 1], atol=1e-3)
+    with engine.session() as s, pytest.raises(EngineError, match="first < end"):
+        s.prefill_scored(q, 3, 3)

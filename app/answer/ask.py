@@ -5,8 +5,10 @@
    the newline. If the suffix is the entry's receipt probe, the logits after it are compared with
    the receipt's fresh logits SHA-256: `exact` is the outcome of that comparison (true or false);
    where no comparison applies it is null (the blob's digests were checked, its logits not compared).
-2. retrieved: the stored document that covers the question's words best (RETRIEVAL_MIN_COVERAGE),
-   or a worked solution stated with the question's very numbers, is grafted and named.
+2. retrieved: the stored document that alone covers the question's words (RETRIEVAL_MIN_COVERAGE),
+   or a worked solution stated with the question's very numbers, or else the document the model's
+   own reading says explains the question (app/answer/reading.py: the likelihood of the question's
+   tokens given each of the first few BM25 candidates, against no document), is grafted and named.
 3. prefix: the longest stored entry whose tokens start the prompt is grafted and only the rest of
    the prompt is prefilled.
 4. fresh: the whole prompt is prefilled and the model works within a token budget.
@@ -21,6 +23,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from kvgraft.app.answer.reading import Verdict, read_candidates
 from kvgraft.app.answer.result import AskResult, ranked_dict
 from kvgraft.app.answer.stream import TextFn, TextStream
 from kvgraft.app.answer.thresholds import GRAFT_ANSWER_TOKENS, RETRIEVAL_MIN_COVERAGE, SOLUTION_MIN_WORDING
@@ -34,7 +37,9 @@ from kvgraft.engine.compare import logits_sha256
 from kvgraft.library.errors import BlobCorrupt, BlobMissing, BlobUnreadable
 from kvgraft.library.retrieval import same_numbers
 
-__all__ = ["GRAFT_ANSWER_TOKENS", "RETRIEVAL_MIN_COVERAGE", "SOLUTION_MIN_WORDING", "AskResult", "ask"]
+RULES = ("reading", "words")  # how a retrieved document is accepted: by the model's reading, or words only
+
+__all__ = ["GRAFT_ANSWER_TOKENS", "RULES", "RETRIEVAL_MIN_COVERAGE", "SOLUTION_MIN_WORDING", "AskResult", "ask"]
 
 log = logging.getLogger(__name__)
 
@@ -109,13 +114,18 @@ def ask(
     use_library: bool = True,
     on_text: TextFn | None = None,
     retrieve: bool = True,
+    rule: str = "reading",
 ) -> AskResult:
     """Answer `question`: by graft from a proven entry stored for it; else, unless `retrieve` is False,
     from the stored document that covers it (or a solution stated with its numbers); else a stored
     prefix of `context` or of the fresh prompt; else fresh. `on_text` receives the answer as it is
-    decoded, in pieces that add up to `AskResult.answer`; raising Cancelled stops it (a cancelled answer)."""
+    decoded, in pieces that add up to `AskResult.answer`; raising Cancelled stops it (a cancelled answer).
+    `rule="words"` accepts a document by its words alone (the rule before the model's reading; kept
+    for comparison, scripts/library_qa.py)."""
     if not question.strip():
         raise ValueError("the question is empty")
+    if rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}: one of {', '.join(RULES)}")
     asked = _Asked(service, question, budget, on_text, time.perf_counter())
     lib, fp = service.library, service.engine.fingerprint
     searching = use_library and context is None
@@ -125,15 +135,22 @@ def ask(
         return _from_graft(asked, entry, stored)
     ranked = lib.rank_documents(question, fp) if searching and retrieve else []
     not_grafted = None
-    if ranked and ranked[0].coverage >= RETRIEVAL_MIN_COVERAGE:
-        answered, not_grafted = _from_document(asked, ranked)
+    covering = [r for r in ranked if r.coverage >= RETRIEVAL_MIN_COVERAGE]
+    if covering and covering[0] is ranked[0] and (len(covering) == 1 or rule == "words"):
+        answered, not_grafted = _from_document(asked, ranked)  # its words alone decide it
         if answered is not None:
             return answered
     if searching and retrieve:
         answered = _from_solution(asked)
         if answered is not None:
             return answered
-    return _from_prefix_or_fresh(asked, context, use_library, stored, ranked, not_grafted)
+    read = None
+    if ranked and rule == "reading" and not_grafted is None:
+        answered, read = _from_reading(asked, ranked)
+        if answered is not None:
+            return answered
+        not_grafted = read.why_not()
+    return _from_prefix_or_fresh(asked, context, use_library, stored, ranked, not_grafted, read)
 
 
 def _from_graft(asked: _Asked, entry, stored: _Stored) -> AskResult:
@@ -222,6 +239,40 @@ def _from_solution(asked: _Asked) -> AskResult | None:
     )
 
 
+def _from_reading(asked: _Asked, ranked: list) -> tuple[AskResult | None, Verdict]:
+    """The model reads the first few candidates (app/answer/reading.py); the one that explains the
+    question is grafted, reusing its scoring pass as the answer's prefill when it was scored last.
+    (None, the verdict) when none does, or none fits the context."""
+    service = asked.service
+    suffix = service.engine.model.tokenize("\n" + ask_suffix(asked.question), add_bos=False)
+    room = service.engine.config.n_ctx - len(suffix) - asked.budget
+    with service.session() as s:
+        verdict = read_candidates(service, s, [r for r in ranked if r.entry.n_tokens <= room], suffix)
+        if not verdict.accepted:
+            return None, verdict
+        best = verdict.best.ranked
+        g = verdict.graft
+        if best is not verdict.last:  # the session holds another candidate: graft the winner, prefill again
+            s.reset(clear_data=False)
+            g = service.graft(s, best.entry)
+            s.prefill(suffix)
+        gen, answer = asked.decode(s, asked.budget, ["\n"])
+    section = service.library.section_of(best.entry.id)
+    return _retrieved_result(
+        asked,
+        gen,
+        answer,
+        best.entry,
+        g,
+        suffix,
+        best,
+        [r.as_dict() for r in verdict.readings[1:]],
+        section=section.as_dict() if section is not None else None,
+        gain=round(verdict.best.gain, 3),
+        next_gain=round(verdict.next_gain, 3) if verdict.next_gain is not None else None,
+    ), verdict
+
+
 def _retrieved(asked: _Asked, entry, suffix, budget, best, runners_up, **extra) -> AskResult:
     """Graft the retrieved entry at its own positions (exact), prefill the question after it, answer
     up to the newline."""
@@ -229,6 +280,10 @@ def _retrieved(asked: _Asked, entry, suffix, budget, best, runners_up, **extra) 
         g = asked.service.graft(s, entry)
         s.prefill(suffix)
         gen, answer = asked.decode(s, budget, ["\n"])
+    return _retrieved_result(asked, gen, answer, entry, g, suffix, best, runners_up, **extra)
+
+
+def _retrieved_result(asked: _Asked, gen, answer, entry, g, suffix, best, runners_up, **extra) -> AskResult:
     return asked.result(
         gen,
         answer,
@@ -250,9 +305,12 @@ def _retrieved(asked: _Asked, entry, suffix, budget, best, runners_up, **extra) 
     )
 
 
-def _from_prefix_or_fresh(asked: _Asked, context, use_library, stored: _Stored, ranked, not_grafted) -> AskResult:
+def _from_prefix_or_fresh(
+    asked: _Asked, context, use_library, stored: _Stored, ranked, not_grafted, read: Verdict | None = None
+) -> AskResult:
     """The prompt (a context and the question, the model's template, or the fresh Q/A prompt): its
-    longest stored prefix is grafted and the rest prefilled, else all of it is prefilled."""
+    longest stored prefix is grafted and the rest prefilled, else all of it is prefilled. `read`: the
+    model's reading of the candidates that refused them (their gains are reported)."""
     service = asked.service
     model, lib, fp = service.engine.model, service.library, service.engine.fingerprint
     fmt = ChatFormat.for_model(model)
@@ -296,7 +354,9 @@ def _from_prefix_or_fresh(asked: _Asked, context, use_library, stored: _Stored, 
         prompt_format=fmt.name if (context is None and fmt.template is not None) else QA_FORMAT,
         score=round(best.score, 3) if best is not None else None,
         coverage=round(best.coverage, 3) if best is not None else None,
-        runners_up=[ranked_dict(r) for r in ranked],
+        runners_up=[x.as_dict() for x in read.readings] if read is not None else [ranked_dict(r) for r in ranked],
+        gain=round(read.best.gain, 3) if read is not None and read.best is not None else None,
+        next_gain=round(read.next_gain, 3) if read is not None and read.next_gain is not None else None,
         section=section.as_dict() if section is not None else None,
         not_grafted=not_grafted,
         **grafted,

@@ -48,11 +48,17 @@ class AskResult:
     score: float | None = None  # the best-ranked document's BM25 score (retrieved, or not grafted: below coverage)
     coverage: float | None = None  # the share of the question's content words it contains (IDF-weighted)
     runners_up: list = field(default_factory=list)  # the other ranked documents: entry_id, title, score
+    # the model's reading (app/answer/reading.py): how much the best candidate (retrieved: the grafted
+    # document) raises the likelihood of the question's tokens over no document, nats per token; and
+    # the next candidate's. Set where the reading ran (also when it refused the candidates)
+    gain: float | None = None
+    next_gain: float | None = None
     section: dict | None = None  # retrieved/prefix from a deposited file: {file, section, sections, heading}
     matched_question: str | None = None  # a retrieved solution: the stored question it was worked for
     wording: float | None = None  # a retrieved solution: the share of the question's non-number words it holds
     matched_verified_by: str | None = None  # a retrieved solution: who vouched for its stored question's answer
-    # fresh although a stored document covers the question: why it was not grafted (it does not fit the context)
+    # fresh although the library holds candidates: why none was grafted (the model's reading found
+    # none that explains the question, or the covering one does not fit the context)
     not_grafted: str | None = None
     # stopped by the caller (Stop in the window, Ctrl-C): the answer is what was decoded until then
     cancelled: bool = field(init=False)
@@ -88,6 +94,12 @@ class AskResult:
             what = (
                 f'solution #{self.entry_id}, worked for "{self.matched_question}" (retrieved: the same numbers, '
                 f"{self.wording:.0%} of the question's other words, score {self.score:.1f})"
+            )
+        elif self.source == "retrieved" and self.gain is not None:
+            nxt = f", next best {self.next_gain:+.2f}" if self.next_gain is not None else ""
+            what = (
+                f'document #{self.entry_id} "{self.title}"{self._where()} (retrieved: the document raises the '
+                f"question's likelihood by {self.gain:+.2f} nats/token{nxt})"
             )
         elif self.source == "retrieved":
             what = (
