@@ -74,6 +74,7 @@ def run_set(engine, set_name: str, seed: int, n: int, home: Path) -> dict:
                     "gain": r.gain,
                     "next_gain": r.next_gain,
                     "why": r.not_grafted,
+                    "candidates": r.runners_up,
                     "answer": r.answer,
                 }
             row["fresh_ok"] = key in ask(service, d["question"], budget=BUDGET, use_library=False).answer.lower()

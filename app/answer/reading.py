@@ -19,10 +19,11 @@ The best candidate is accepted when it holds the question's names and its gain r
 where the model's best is not BM25's first, it must also lead BM25's first by READ_MIN_MARGIN (two
 signals that disagree need a clear lead; documents that mention each other's names in passing read
 alike). Else the question is answered fresh and the verdict says why (app/answer/thresholds.py).
-Asking for those logits leaves the cache's bits as a plain
-prefill leaves them (tested in tests/test_scoring.py; measured by scripts/scored_prefill_bits.py), so
-the winner's scoring pass is its answer's prefill when it was the last one scored: candidates are
-scored in reverse rank order, the likeliest winner (BM25's first) last.
+
+Asking for those logits leaves the cache's bits as a plain prefill leaves them (tested in
+tests/test_scoring.py; measured by scripts/scored_prefill_bits.py), so the winner's scoring pass is
+its answer's prefill when it was the last one scored: candidates are scored in reverse rank order,
+the likeliest winner (BM25's first) last.
 """
 
 from __future__ import annotations
