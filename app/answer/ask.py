@@ -117,7 +117,8 @@ def ask(
     rule: str = "reading",
 ) -> AskResult:
     """Answer `question`: by graft from a proven entry stored for it; else, unless `retrieve` is False,
-    from the stored document that covers it (or a solution stated with its numbers); else a stored
+    from the stored document that alone covers it, a solution stated with its numbers, or the
+    document the model's reading accepts (app/answer/reading.py); else a stored
     prefix of `context` or of the fresh prompt; else fresh. `on_text` receives the answer as it is
     decoded, in pieces that add up to `AskResult.answer`; raising Cancelled stops it (a cancelled answer).
     `rule="words"` accepts a document by its words alone (the rule before the model's reading; kept
