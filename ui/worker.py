@@ -148,8 +148,8 @@ class EngineWorker(QObject):
     def _deposit(self, store) -> None:
         def go():
             res = store(self._service(), self._progress("prefill"))
+            self.library_changed.emit()  # the table shows the change before the summary is shown
             self.deposited.emit(res.as_dict())
-            self.library_changed.emit()
 
         self._run("deposit", go)
 
@@ -176,8 +176,8 @@ class EngineWorker(QObject):
             # the CLI's `kvgraft import` runs the same use case: packs whole or refused (unsigned entries
             # replayed before anything is written), problem files built; stopping midway changes no pack
             summary = import_files(self._service(), paths, progress=self._cancel.reporting(self.progress.emit))
+            self.library_changed.emit()  # the table shows the change before the summary is shown
             self.imported.emit(summary.as_dict())
-            self.library_changed.emit()
 
         self._run("import", go)
 
@@ -189,8 +189,8 @@ class EngineWorker(QObject):
             report = self._cancel.reporting(lambda _stage, done, total: self.progress.emit("verify", done, total))
             # the same use case as `kvgraft verify --library`
             out = verify_targets(service, entries=entries, replay=replay, samples=1, progress=report)
-            self.verified.emit(out.receipts)
             self.library_changed.emit()
+            self.verified.emit(out.receipts)
 
         self._run("verify", go)
 
@@ -201,8 +201,8 @@ class EngineWorker(QObject):
             res = check_library(
                 self._service().library, repair=True, progress=self._cancel.reporting(self.progress.emit)
             )
-            self.repaired.emit({"ok": res.ok, "lines": res.lines(), "report": res.as_dict()})
             self.library_changed.emit()
+            self.repaired.emit({"ok": res.ok, "lines": res.lines(), "report": res.as_dict()})
 
         self._run("repair", go)
 
