@@ -33,7 +33,7 @@ def prefill_scored(session, tokens: Sequence[int], first: int = 1, end: int | No
     for start in range(0, n, n_batch):
         chunk = tokens[start : start + n_batch]
         lo, hi = max(first - 1 - start, 0), min(end - 1 - start, len(chunk))  # rows predicting first..end-1
-        session._decode(chunk, want_last_logits=start + len(chunk) == n, logit_rows=range(lo, hi))
+        session._decode(chunk, want_last_logits=start + len(chunk) == n, logit_rows=slice(lo, max(lo, hi)))
         for i in range(lo, hi):
             ptr = llama.llama_get_logits_ith(session._ctx, i)
             row = np.ctypeslib.as_array(ptr, shape=(n_vocab,))

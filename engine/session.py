@@ -208,14 +208,13 @@ class Session:
             raise DecodeError(f"context full: {self.n_past} + {len(tokens)} tokens > n_ctx {self.n_ctx}")
         return tokens
 
-    def _decode(self, chunk: list[int], want_last_logits: bool, logit_rows: range = range(0)) -> None:
+    def _decode(self, chunk: list[int], want_last_logits: bool, logit_rows: slice = slice(0, 0)) -> None:
         n = len(chunk)
         p0 = self.n_past
         self._b_tokens[:n] = chunk
         self._b_pos[:n] = np.arange(p0, p0 + n, dtype=np.int32)
         self._b_logits[:n] = 0
-        for i in logit_rows:  # rows whose logits the caller reads (llama_get_logits_ith)
-            self._b_logits[i] = 1
+        self._b_logits[logit_rows] = 1  # rows whose logits the caller reads (llama_get_logits_ith)
         if want_last_logits:
             self._b_logits[n - 1] = 1
         self._batch.n_tokens = n

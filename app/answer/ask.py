@@ -201,9 +201,7 @@ def _from_document(asked: _Asked, ranked: list) -> tuple[AskResult | None, str |
             f"document #{doc.id} covers {best.coverage:.0%} of the question's words but does not fit this context "
             f"with the question and the answer: {doc.n_tokens:,} + {len(suffix)} + {asked.budget} tokens > {n_ctx:,}"
         )
-    section = service.library.section_of(doc.id)
-    extra = {"section": section.as_dict() if section is not None else None}
-    return _retrieved(asked, doc, suffix, asked.budget, best, [ranked_dict(r) for r in ranked[1:]], **extra), None
+    return _retrieved(asked, doc, suffix, asked.budget, best, [ranked_dict(r) for r in ranked[1:]]), None
 
 
 def _from_solution(asked: _Asked) -> AskResult | None:
@@ -258,7 +256,6 @@ def _from_reading(asked: _Asked, ranked: list) -> tuple[AskResult | None, Verdic
             g = service.graft(s, best.entry)
             s.prefill(suffix)
         gen, answer = asked.decode(s, asked.budget, ["\n"])
-    section = service.library.section_of(best.entry.id)
     return _retrieved_result(
         asked,
         gen,
@@ -268,9 +265,7 @@ def _from_reading(asked: _Asked, ranked: list) -> tuple[AskResult | None, Verdic
         suffix,
         best,
         [r.as_dict() for r in verdict.readings[1:]],
-        section=section.as_dict() if section is not None else None,
-        gain=round(verdict.best.gain, 3),
-        next_gain=round(verdict.next_gain, 3) if verdict.next_gain is not None else None,
+        **verdict.gains(),
     ), verdict
 
 
@@ -285,6 +280,8 @@ def _retrieved(asked: _Asked, entry, suffix, budget, best, runners_up, **extra) 
 
 
 def _retrieved_result(asked: _Asked, gen, answer, entry, g, suffix, best, runners_up, **extra) -> AskResult:
+    """The result of a retrieved entry, named by its file and section where it came from one."""
+    section = asked.service.library.section_of(entry.id)
     return asked.result(
         gen,
         answer,
@@ -302,6 +299,7 @@ def _retrieved_result(asked: _Asked, gen, answer, entry, g, suffix, best, runner
         score=round(best.score, 3),
         coverage=round(best.coverage, 3),
         runners_up=runners_up,
+        section=section.as_dict() if section is not None else None,
         **extra,
     )
 
@@ -356,8 +354,7 @@ def _from_prefix_or_fresh(
         score=round(best.score, 3) if best is not None else None,
         coverage=round(best.coverage, 3) if best is not None else None,
         runners_up=[x.as_dict() for x in read.readings] if read is not None else [ranked_dict(r) for r in ranked],
-        gain=round(read.best.gain, 3) if read is not None and read.best is not None else None,
-        next_gain=round(read.next_gain, 3) if read is not None and read.next_gain is not None else None,
+        **(read.gains() if read is not None else {}),
         section=section.as_dict() if section is not None else None,
         not_grafted=not_grafted,
         **grafted,

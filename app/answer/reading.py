@@ -69,6 +69,14 @@ class Verdict:
     def next_gain(self) -> float | None:
         return self.readings[1].gain if len(self.readings) > 1 else None
 
+    def gains(self) -> dict:
+        """The best candidate's gain and the next one's, as AskResult reports them (rounded)."""
+        nxt = self.next_gain
+        return {
+            "gain": round(self.best.gain, 3) if self.best is not None else None,
+            "next_gain": round(nxt, 3) if nxt is not None else None,
+        }
+
     @property
     def accepted(self) -> bool:
         b = self.best
