@@ -93,6 +93,26 @@ def _check_chunks(lib: Library, sha: str, problems: list, repaired: list, repair
         )
 
 
+def free_blobs(lib: Library) -> dict:
+    """Give back the disk of the indexed blobs no entry references and no live writer has pending (what a
+    delete just released, an answer-ready state that went with its solution included): the index rows go
+    in one transaction, then the files (a file left by a kill between the two is a leftover gc reclaims)."""
+    with lib.write():
+        live, _stale = _pending(lib, GRACE_S)
+        free = [
+            r[0]
+            for r in lib._db.execute("SELECT sha256 FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)")
+            if r[0] not in live
+        ]
+        lib._db.conn.executemany("DELETE FROM blobs WHERE sha256 = ?", [(sha,) for sha in free])
+    freed, n = 0, 0
+    for sha in free:
+        size = lib.blobs.size(sha) or 0
+        if lib.blobs.delete(sha):
+            freed, n = freed + size, n + 1
+    return {"removed_blobs": n, "removed_bytes": freed}
+
+
 def gc(lib: Library, grace_s: float = GRACE_S) -> dict:
     """Remove session states no thread needs (older than the grace period; never a thread's newest or a
     fork point), then blobs no entry references, stale pending rows and dead temp files."""

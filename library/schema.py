@@ -241,6 +241,24 @@ def m011_prompt_cache(db: Database) -> None:
     db["cache_states"].create_index(["last_used"])
 
 
+@migrations()
+def m012_turn_stats(db: Database) -> None:
+    """What each turn cost and did (the window's provenance line under a reply, and "Check this turn"): the
+    reply tokens decoded into the KV (a replay of the state before the reply drops that many calls from
+    the schedule's end), the tokens restored by graft and prefilled, the times, and the result of the
+    last check that ran (1 exact, 0 differs, NULL: never checked). NULL for turns made before."""
+    for col, typ in (
+        ("decoded", int),
+        ("restored", int),
+        ("prefilled", int),
+        ("resume_ms", float),
+        ("prefill_ms", float),
+        ("decode_ms", float),
+        ("checked", int),
+    ):
+        db["turns"].add_column(col, typ)
+
+
 def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens: int) -> None:
     tokens = unpack_tokens(tokens_blob)
     keys = prefix_keys(tokens, entry_key_lengths(n_tokens))
@@ -262,4 +280,5 @@ MIGRATIONS = [
     "m009_threads",
     "m010_sources",
     "m011_prompt_cache",
+    "m012_turn_stats",
 ]

@@ -49,6 +49,13 @@ class Turn:
     schedule: dict
     logits_sha256: str
     created_at: str
+    decoded: int | None = None  # reply tokens decoded into the KV (None: a turn made before m012)
+    restored: int | None = None  # tokens grafted from a stored state
+    prefilled: int | None = None  # tokens computed for the message
+    resume_ms: float | None = None
+    prefill_ms: float | None = None
+    decode_ms: float | None = None
+    checked: int | None = None  # the last "Check this turn": 1 exact, 0 differs, None never checked
 
     @property
     def tokens(self) -> list[int]:
@@ -62,6 +69,9 @@ class Turn:
 
 def _thread(row) -> Thread:
     return Thread(**{k: row[k] for k in Thread.__dataclass_fields__})
+
+
+TURN_STATS = ("decoded", "restored", "prefilled", "resume_ms", "prefill_ms", "decode_ms")
 
 
 def _turn(row) -> Turn:
@@ -122,14 +132,17 @@ class ThreadRecords:
         entry_id: int,
         schedule: dict,
         logits_sha256: str,
+        stats: dict | None = None,
     ) -> Turn:
-        """Append the next turn (numbered from 1) in one transaction."""
+        """Append the next turn (numbered from 1) in one transaction; `stats` holds TURN_STATS."""
+        stats = stats or {}
         with self.write():
             last = self._db.execute("SELECT max(n) FROM turns WHERE thread_id = ?", [thread_id]).fetchone()[0]
             n = (last or 0) + 1
             self._db.execute(
                 "INSERT INTO turns (thread_id, n, user, reply, tokens, n_tokens, entry_id, schedule, logits_sha256, "
-                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"created_at, {', '.join(TURN_STATS)}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                f"{', '.join('?' * len(TURN_STATS))})",
                 [
                     thread_id,
                     n,
@@ -141,9 +154,32 @@ class ThreadRecords:
                     json.dumps(schedule, sort_keys=True),
                     logits_sha256,
                     now(),
+                    *(stats.get(k) for k in TURN_STATS),
                 ],
             )
         return self.turns(thread_id)[-1]
+
+    def rename_thread(self, thread_id: int, title: str) -> Thread:
+        self.thread(thread_id)
+        with self.write():
+            self._db.execute("UPDATE threads SET title = ? WHERE id = ?", [title.strip() or None, thread_id])
+        return self.thread(thread_id)
+
+    def drop_last_turn(self, thread_id: int) -> Turn:
+        """Remove the thread's last turn (Regenerate); its state stays until gc, unless a fork holds it."""
+        turns = self.turns(thread_id)
+        if not turns:
+            raise LibraryError(f"thread #{thread_id} has no turn to take back")
+        with self.write():
+            self._db.execute("DELETE FROM turns WHERE thread_id = ? AND n = ?", [thread_id, turns[-1].n])
+        return turns[-1]
+
+    def set_turn_checked(self, thread_id: int, n: int, exact: bool) -> None:
+        with self.write():
+            self._db.execute("UPDATE turns SET checked = ? WHERE thread_id = ? AND n = ?", [int(exact), thread_id, n])
+
+    def threads_from_entry(self, entry_id: int) -> list[Thread]:
+        return [_thread(r) for r in self._db.query("SELECT * FROM threads WHERE from_entry_id = ? ORDER BY id", [entry_id])]
 
     def fork_thread(self, thread_id: int, turn: int) -> Thread:
         """A new thread holding turns 1..`turn` of `thread_id` (the same states: nothing is recomputed)."""
@@ -156,8 +192,9 @@ class ThreadRecords:
                 src.title, src.system, src.format, src.fingerprint, src.model_sha256, src.from_entry_id, thread_id, turn
             )
             self._db.execute(
-                "INSERT INTO turns (thread_id, n, user, reply, tokens, n_tokens, entry_id, schedule, logits_sha256, "
-                "created_at) SELECT ?, n, user, reply, tokens, n_tokens, entry_id, schedule, logits_sha256, created_at "
+                f"INSERT INTO turns (thread_id, n, user, reply, tokens, n_tokens, entry_id, schedule, logits_sha256, "
+                f"created_at, {', '.join(TURN_STATS)}, checked) SELECT ?, n, user, reply, tokens, n_tokens, entry_id, "
+                f"schedule, logits_sha256, created_at, {', '.join(TURN_STATS)}, checked "
                 "FROM turns WHERE thread_id = ? AND n <= ?",
                 [new_id, thread_id, turn],
             )

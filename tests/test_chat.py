@@ -294,3 +294,48 @@ def test_a_200_turn_thread(synthetic, tmp_path):
     finally:
         _close(service, lib)
         eng.close()
+
+
+# -- the window's turn actions: check a stored turn, regenerate, rename ----------------------------
+def test_check_a_stored_turn_replays_its_logits_and_its_state(engine, tmp_path):
+    chats, service, lib = _chats(engine, tmp_path)
+    try:
+        t = chats.new_thread(system=NOTES)
+        a = chats.say(t.id, "Which crane is on pier 2?", max_tokens=8)
+        b = chats.say(t.id, "And on pier 5?", max_tokens=8)
+        turns = lib.turns(t.id)
+        assert [x.decoded for x in turns] == [a.tokens_decoded, b.tokens_decoded]
+        assert turns[1].restored == a.tokens and turns[1].prefilled == b.tokens_prefilled and turns[1].checked is None
+        for n in (1, 2):
+            out = chats.check_turn(t.id, n)
+            assert out["logits_equal"] is True and out["state_equal"] is True and out["exact"] is True
+        assert [x.checked for x in lib.turns(t.id)] == [1, 1]
+        # the check can fail: a turn whose recorded logits are not what its tokens give
+        lib._db.execute("UPDATE turns SET logits_sha256 = ? WHERE thread_id = ? AND n = 2", ["0" * 64, t.id])
+        lib._db.conn.commit()
+        bad = chats.check_turn(t.id, 2)
+        assert bad["exact"] is False and bad["logits_equal"] is False and bad["state_equal"] is True
+        assert lib.turns(t.id)[1].checked == 0
+        with pytest.raises(ChatError, match="no turn 3"):
+            chats.check_turn(t.id, 3)
+    finally:
+        _close(service, lib)
+
+
+def test_regenerate_takes_back_the_last_turn_and_answers_again(chatml_engine, tmp_path):
+    from kvgraft.engine.sampling import SamplingParams
+
+    chats, service, lib = _chats(chatml_engine, tmp_path)
+    try:
+        t = chats.new_thread(system="Be brief.")
+        first = chats.say(t.id, "hello", max_tokens=6)
+        chats.say(t.id, "name a fruit", max_tokens=6)
+        again = chats.regenerate(t.id, max_tokens=6, sampling=SamplingParams(temperature=1.0, seed=7))
+        turns = lib.turns(t.id)
+        assert [x.user for x in turns] == ["hello", "name a fruit"] and again.turn == 2
+        assert again.tokens_restored == first.tokens  # resumed from the state before the taken-back turn
+        assert chats.check_turn(t.id, 2)["exact"] is True  # sampled tokens, the same schedule: replayable
+        renamed = lib.rename_thread(t.id, "  fruit  ")
+        assert renamed.title == "fruit"
+    finally:
+        _close(service, lib)

@@ -122,4 +122,12 @@ def test_cli_library_contracts(engine, monkeypatch, tmp_path):
     assert r.exit_code == 1 and bad["ok"] is False and bad["problems"][0]["kind"] == "blob_missing"
     assert run(cli, ["rm", str(dep["id"])]).exit_code == 0
     assert json.loads(run(cli, ["fsck", "--json"]).stdout)["ok"] is True
+    # the disk of a removed entry's blob comes back at once, and the count says how much
+    before = json.loads(run(cli, ["stats", "--json"]).stdout)
+    gone = run(cli, ["rm", str(dep["id"] + 2)])
+    after = json.loads(run(cli, ["stats", "--json"]).stdout)
+    assert after["entries"] == before["entries"] - 1 and after["blobs"] == before["blobs"] - 1 == 0
+    assert before["bytes"] > 0 and f"disk given back: {before['bytes']:,} bytes (1 blobs)" in gone.stdout
+    with open_library() as lib:
+        assert list(lib.blobs.iter_blobs()) == []
     assert run(cli, ["rm", "999"]).exit_code == 3

@@ -22,6 +22,7 @@ from kvgraft.app.proof.replay import engine_for, prefill_in_schedule, schedule_o
 from kvgraft.app.service import LibraryService, model_record
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.engine.errors import EngineError
+from kvgraft.engine.sampling import Sampler, SamplingParams
 from kvgraft.library.records import LOCAL, Entry
 from kvgraft.library.threads import Thread, Turn
 
@@ -49,6 +50,7 @@ class SayResult:
     tokens: int  # the transcript's length after the reply
     stop_reason: str
     fallback: bool  # the template was not prefix-stable: the conversation was rendered again
+    decode_ms: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -115,9 +117,12 @@ class ChatService:
         check: bool = False,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         on_text: TextFn | None = None,
+        sampling: SamplingParams | None = None,
     ) -> SayResult:
         """Reply to `message` in the thread; `on_text` receives the reply as decoded, in pieces that add up
-        to `SayResult.reply` (app/answer/stream.py); raising Cancelled stops it (the part decoded is kept)."""
+        to `SayResult.reply` (app/answer/stream.py); raising Cancelled stops it (the part decoded is kept).
+        `sampling` (Regenerate) picks the reply's tokens; the schedule, and so the state's bits for those
+        tokens, does not depend on how they were picked."""
         if not message.strip():
             raise ChatError("the message is empty")
         thread = self.library.thread(thread_id)
@@ -162,7 +167,8 @@ class ChatService:
             prefill_ms = (time.perf_counter() - t0) * 1e3
             before = logits_sha256(s.logits())
             stream = TextStream(model, on_text, fmt.stops, strip=False)
-            gen = s.generate(max_tokens, stop=fmt.stops, on_token=stream.on_token)
+            sampler = Sampler(sampling) if sampling is not None and not sampling.greedy else None
+            gen = s.generate(max_tokens, stop=fmt.stops, on_token=stream.on_token, sampler=sampler)
             stream.finish(gen.text)
             kv = list(s.tokens)
             snap = s.snapshot()
@@ -195,12 +201,21 @@ class ChatService:
             entry_id=entry.id,
             schedule=after_schedule,
             logits_sha256=before,
+            stats={
+                "decoded": decoded,
+                "restored": len(source[0]) if source else 0,
+                "prefilled": len(rest),
+                "resume_ms": round(resume_ms, 3),
+                "prefill_ms": round(prefill_ms, 3),
+                "decode_ms": round(gen.seconds * 1e3, 3),
+            },
         )
         exact = replay_ms = None
         if check:
             t0 = time.perf_counter()
             exact = self.replay_matches(target, before_schedule, before)
             replay_ms = round((time.perf_counter() - t0) * 1e3, 3)
+            self.library.set_turn_checked(thread_id, turn.n, exact)
         return SayResult(
             thread=thread_id,
             turn=turn.n,
@@ -217,7 +232,60 @@ class ChatService:
             tokens=len(kv),
             stop_reason=gen.stop_reason or "",
             fallback=fallback,
+            decode_ms=round(gen.seconds * 1e3, 3),
         )
+
+    def regenerate(
+        self,
+        thread_id: int,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        on_text: TextFn | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> SayResult:
+        """Take back the thread's last turn and answer its message again (from the state before it)."""
+        thread = self.library.thread(thread_id)
+        self._check_engine(thread)
+        last = self.library.drop_last_turn(thread_id)
+        return self.say(thread_id, last.user, max_tokens=max_tokens, on_text=on_text, sampling=sampling)
+
+    def check_turn(self, thread_id: int, n: int) -> dict:
+        """Replay turn `n` in a new context, in the schedule it was decoded in: are the logits before its reply
+        the same bits, and is the stored state after it byte-equal to the replay's? Records the result."""
+        thread = self.library.thread(thread_id)
+        self._check_engine(thread)
+        turns = self.library.turns(thread_id)
+        if not 1 <= n <= len(turns):
+            raise ChatError(f"thread #{thread_id} has no turn {n} (it has {len(turns)})")
+        turn = turns[n - 1]
+        if turn.decoded is None:
+            raise ChatError(f"turn {n} was made before kvgraft recorded how many reply tokens it decoded")
+        tokens, calls = turn.tokens, list(turn.schedule.get("then", []))
+        cut = len(calls) - turn.decoded
+        before_schedule = {k: v for k, v in turn.schedule.items() if k != "then"}
+        if calls[:cut]:
+            before_schedule["then"] = calls[:cut]
+        before = tokens[: len(tokens) - turn.decoded]
+        t0 = time.perf_counter()
+        eng = engine_for(self.engine, turn.schedule)
+        with eng.session() as fresh:
+            prefill_in_schedule(fresh, before, before_schedule)
+            logits_equal = logits_sha256(fresh.logits()) == turn.logits_sha256
+            for tok in tokens[len(before) :]:
+                fresh.prefill([tok])
+            state = fresh.snapshot()
+        stored = self.library.existing_entries([turn.entry_id]).get(turn.entry_id)
+        state_equal = None if stored is None else state.sha256 == stored.blob_sha256
+        exact = logits_equal and state_equal is not False
+        self.library.set_turn_checked(thread_id, n, exact)
+        return {
+            "thread": thread_id,
+            "turn": n,
+            "exact": exact,
+            "logits_equal": logits_equal,
+            "state_equal": state_equal,  # None: gc removed this turn's state (a later one is kept)
+            "tokens": len(tokens),
+            "replay_ms": round((time.perf_counter() - t0) * 1e3, 3),
+        }
 
     def replay_matches(self, tokens: list[int], schedule: dict, logits_sha: str) -> bool:
         """Decode `tokens` in `schedule` in a new context: are the logits the same bits?"""

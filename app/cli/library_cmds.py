@@ -21,6 +21,7 @@ from kvgraft.app.packs.trust import signer_words, trust_store
 from kvgraft.app.service import open_library
 from kvgraft.engine.config import DEFAULT_N_CTX
 from kvgraft.library.errors import LibraryError
+from kvgraft.library.maintenance import free_blobs
 from kvgraft.library.maintenance import gc as run_gc
 
 
@@ -178,11 +179,12 @@ def provenance_text(pack: dict | None) -> str:
 )
 @handle_errors
 def rm(entry_ids, files) -> None:
-    """Remove entries, or deposited files (their blobs go at the next `kvgraft gc` if nothing else uses them)."""
+    """Remove entries, or deposited files; their blobs go at once when nothing else uses them."""
     if not entry_ids and not files:
         raise click.UsageError("give entry ids, or --file PATH")
     with open_library(cli_home()) as lib:
-        for e in lib.remove_all(entry_ids):
+        removed = lib.remove_all(entry_ids)
+        for e in removed:
             click.echo(f"removed entry #{e.id} ({e.n_tokens:,} tokens)")
         for f in files:
             path = str(f.expanduser().resolve())  # the file itself may be gone: its path is its identity
@@ -194,6 +196,8 @@ def rm(entry_ids, files) -> None:
                 if gone
                 else f"forgot {path}: no entry removed (each was stored before it, or something else holds it)"
             )
+        freed = free_blobs(lib)
+        click.echo(f"disk given back: {freed['removed_bytes']:,} bytes ({freed['removed_blobs']} blobs)")
 
 
 @click.command()
