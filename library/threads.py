@@ -179,7 +179,8 @@ class ThreadRecords:
             self._db.execute("UPDATE turns SET checked = ? WHERE thread_id = ? AND n = ?", [int(exact), thread_id, n])
 
     def threads_from_entry(self, entry_id: int) -> list[Thread]:
-        return [_thread(r) for r in self._db.query("SELECT * FROM threads WHERE from_entry_id = ? ORDER BY id", [entry_id])]
+        rows = self._db.query("SELECT * FROM threads WHERE from_entry_id = ? ORDER BY id", [entry_id])
+        return [_thread(r) for r in rows]
 
     def fork_thread(self, thread_id: int, turn: int) -> Thread:
         """A new thread holding turns 1..`turn` of `thread_id` (the same states: nothing is recomputed)."""

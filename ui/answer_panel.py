@@ -82,6 +82,8 @@ class AnswerPanel(QWidget):
         self.last_answer = r
         self.answer_view.setPlainText(r["answer"])
         text = r["provenance"]
+        if r.get("wall_ms") is not None:
+            text += f" - {r['wall_ms'] / 1e3:,.2f} s in all"
         if r["verified_answer"] is not None:
             text += (
                 f"\nverified answer ({r['verified_by']}): {r['verified_answer']} "

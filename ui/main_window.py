@@ -1,7 +1,8 @@
-"""The kvgraft main window: ask, browse the library, drop packs, verify. Qt widgets only.
+"""The kvgraft main window: conversations, ask, the library opened up, the local server, packs dropped on
+it. Qt widgets only.
 
-Every action goes to the engine worker thread (ui/worker.py) through queued signals; the GUI
-thread only reads the library index for the table and the status bar (app/library_view.py).
+Every action goes to the engine worker thread (ui/worker.py) through queued signals; the GUI thread only
+reads the library index (threads, table, detail, status bar) on its own connection (app/library_view.py).
 """
 
 from __future__ import annotations
@@ -12,21 +13,16 @@ import sys
 from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QIcon
+from PySide6.QtGui import QAction, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QFileDialog,
-    QHBoxLayout,
-    QHeaderView,
     QLabel,
-    QLineEdit,
     QMainWindow,
     QMessageBox,
     QProgressBar,
     QPushButton,
-    QTableView,
     QTabWidget,
-    QVBoxLayout,
     QWidget,
 )
 
@@ -37,7 +33,10 @@ from kvgraft.app.ingest.documents import DOCUMENT_SUFFIXES
 from kvgraft.app.library_view import LibraryView
 
 from .answer_panel import AnswerPanel
-from .library_table import EntriesModel, sorted_view
+from .chat_panel import ChatPanel
+from .library_panel import LibraryPanel
+from .model_picker import ModelPicker, models_dir
+from .server_panel import ServerPanel
 from .settings_dialog import SettingsDialog, load_settings, save_settings
 from .summaries import import_summary, verify_summary
 from .worker import EngineWorker, WorkerClient
@@ -52,6 +51,7 @@ class MainWindow(QMainWindow):
         super().__init__()
         self.qsettings = qsettings or QSettings("kvgraft", "kvgraft")
         self.settings: Settings = load_settings(self.qsettings)
+        self._last_good: Settings | None = None  # the settings before a change, until the new ones load
         self.engine_info: dict = {}
         self.view = LibraryView()
         self.messages: list[tuple[str, str]] = []  # (title, text) of every message shown, for tests and logs
@@ -61,7 +61,7 @@ class MainWindow(QMainWindow):
         if ICON.exists():
             self.setWindowIcon(QIcon(str(ICON)))
         self.setAcceptDrops(True)
-        self.resize(1000, 680)
+        self.resize(1100, 700)
         self._build_ui()
         self._start_worker(engine)
         self.refresh_library()
@@ -70,32 +70,51 @@ class MainWindow(QMainWindow):
     def _build_ui(self) -> None:
         tabs = QTabWidget()
         self.setCentralWidget(tabs)
+        self.chat = ChatPanel(self.view.library)
+        self.chat.op_requested.connect(lambda op, args: self.client.request_op.emit(op, args))
+        self.chat.stop_requested.connect(lambda: self.worker.cancel())
+        tabs.addTab(self.chat, "Chat")
         tabs.addTab(self._ask_tab(), "Ask")
         tabs.addTab(self._library_tab(), "Library")
+        self.server = ServerPanel()
+        self.server.start_requested.connect(lambda opts: self.client.request_op.emit("server_start", [opts]))
+        self.server.stop_requested.connect(lambda: self.client.request_op.emit("server_stop", []))
+        tabs.addTab(self.server, "Server")
         self.tabs = tabs
+        self.model_picker = ModelPicker()
+        self.model_picker.populate(self.settings.model, models_dir(self.view.library.root))
+        self.model_picker.chosen.connect(self._on_model_chosen)
         self.model_label = QLabel("model: loading...")
         self.library_label = QLabel("")
         self.progress = QProgressBar()
-        self.progress.setMaximumWidth(220)
+        self.progress.setMinimumWidth(320)
         self.progress.hide()
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.hide()
         self.cancel_button.clicked.connect(lambda: self.worker.cancel())
         sb = self.statusBar()
+        sb.addWidget(self.model_picker)
         sb.addWidget(self.model_label)
         sb.addWidget(self.library_label, 1)
         sb.addPermanentWidget(self.progress)
         sb.addPermanentWidget(self.cancel_button)
         menu = self.menuBar().addMenu("&File")
-        for text, slot in (
-            ("Import packs...", self._choose_import),
-            ("Settings...", self._open_settings),
-            ("Check and repair library", self.repair_library),
-            ("Quit", self.close),
+        for text, slot, keys in (
+            ("Import...", self._choose_import, QKeySequence.Open),
+            ("Settings...", self._open_settings, None),
+            ("Check and repair library", self.repair_library, None),
+            ("Give back disk (gc)", self.collect_garbage, None),
+            ("Quit", self.close, QKeySequence.Quit),
         ):
             act = QAction(text, self)
+            if keys is not None:
+                act.setShortcut(keys)
             act.triggered.connect(slot)
             menu.addAction(act)
+        help_menu = self.menuBar().addMenu("&Help")
+        about = QAction("About kvgraft", self)
+        about.triggered.connect(self.show_about)
+        help_menu.addAction(about)
 
     def _ask_tab(self) -> QWidget:
         p = self.answer_panel = AnswerPanel()
@@ -115,40 +134,15 @@ class MainWindow(QMainWindow):
         self.answer_panel.last_answer = r
 
     def _library_tab(self) -> QWidget:
-        w = QWidget()
-        lay = QVBoxLayout(w)
-        self.search = QLineEdit()
-        self.search.setPlaceholderText("Search titles, questions and texts")
-        self._search_timer = QTimer(self, singleShot=True, interval=250)
-        self._search_timer.timeout.connect(self.refresh_library)
-        self.search.textChanged.connect(lambda _t: self._search_timer.start())
-        lay.addWidget(self.search)
-        self.entries = EntriesModel()
-        self.proxy = sorted_view(self.entries)
-        self.table = QTableView()
-        self.table.setModel(self.proxy)
-        self.table.setSortingEnabled(True)
-        self.table.setSelectionBehavior(QTableView.SelectRows)
-        self.table.verticalHeader().hide()
-        self.table.setWordWrap(False)
-        self.table.sortByColumn(0, Qt.AscendingOrder)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.Stretch)
-        lay.addWidget(self.table, 1)
-        row = QHBoxLayout()
-        for text, slot in (
-            ("Ask it", self._ask_selected),
-            ("Verify selected", self.verify_selected),
-            ("Export selected...", self._export_selected),
-            ("Delete", self._delete_selected),
-        ):
-            b = QPushButton(text)
-            b.clicked.connect(slot)
-            row.addWidget(b)
-        row.addStretch(1)
-        lay.addLayout(row)
-        return w
+        p = self.library_panel = LibraryPanel(self.view)
+        p.search_changed.connect(self.refresh_library)
+        p.ask_requested.connect(self._ask_title)
+        p.thread_requested.connect(self._thread_from_entry)
+        p.verify_requested.connect(self.verify_selected)
+        p.export_requested.connect(self._export_selected)
+        p.delete_requested.connect(self._delete_selected)
+        self.search, self.entries, self.proxy, self.table = p.search, p.entries, p.proxy, p.table
+        return p
 
     # -- the worker ---------------------------------------------------------------------------
     def _start_worker(self, engine=None) -> None:
@@ -169,6 +163,14 @@ class MainWindow(QMainWindow):
         w.library_changed.connect(self.refresh_library)
         w.failed.connect(self._on_failed)
         w.busy.connect(self._on_busy)
+        w.chat_token.connect(self.chat.on_token)
+        w.chat_done.connect(self.chat.on_done)
+        w.chat_changed.connect(self._on_chat_changed)
+        w.turn_checked.connect(self._on_turn_checked)
+        w.removed.connect(self._on_removed)
+        w.collected.connect(self._on_collected)
+        w.server_state.connect(self.server.on_state)
+        w.server_log.connect(self.server.on_request)
         self.client.request_start.emit()
 
     def stop_worker(self) -> bool:
@@ -179,8 +181,8 @@ class MainWindow(QMainWindow):
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt API)
         self._closed = True  # signals still queued from the worker are ignored from here on
-        self._search_timer.stop()
-        self.stop_worker()
+        self.library_panel.stop()
+        self.stop_worker()  # the server started from the window stops with it (ui/worker_ops.py)
         self.view.close()
         super().closeEvent(event)
 
@@ -194,13 +196,31 @@ class MainWindow(QMainWindow):
         box = QMessageBox.warning if error else QMessageBox.information
         box(self, title, text)
 
+    def about_text(self) -> str:
+        info = self.engine_info
+        engine = (
+            f"model {info['model']}\nengine fingerprint {info['fingerprint']}\nbackend {info['backend']}"
+            if info
+            else "model: not loaded"
+        )
+        return f"kvgraft {kvgraft.__version__}\n{engine}\ndata dir {self.view.library.root}"
+
+    def show_about(self) -> None:
+        self.notify("About kvgraft", self.about_text())
+
     # -- slots ----------------------------------------------------------------------------------
     def _on_ready(self, info: dict) -> None:
         if self._closed:
             return
         self.engine_info = info
+        if self._last_good is not None:  # the new settings loaded: now they are kept
+            save_settings(self.qsettings, self.settings)
+            self._last_good = None
         self.ask_button.setEnabled(True)
-        self.model_label.setText(f"model: {info['model']} - {info['backend']} - n_ctx {info['n_ctx']:,}")
+        self.model_label.setText(f"{info['backend']} - n_ctx {info['n_ctx']:,}")
+        self.model_picker.populate(self.settings.model, models_dir(self.view.library.root))
+        self.library_panel.fingerprint = info["fingerprint"]
+        self.chat.engine_ready(info["fingerprint"])
         self.refresh_library()
 
     def _on_status(self, message: str) -> None:
@@ -216,21 +236,56 @@ class MainWindow(QMainWindow):
     def _on_repaired(self, r: dict) -> None:
         self.notify("Check and repair", "\n".join(r["lines"]), error=not r["ok"])
 
+    def _on_removed(self, r: dict) -> None:
+        self.notify("Deleted", f"{r['entries']} entries removed; disk given back: {r['removed_bytes']:,} bytes")
+
+    def _on_collected(self, r: dict) -> None:
+        self.notify(
+            "Give back disk",
+            f"{r['removed_bytes']:,} bytes given back: {r['removed_blobs']} blobs, {r['removed_sessions']} old "
+            f"thread states, {r['removed_temp_files']} leftover files",
+        )
+
+    def _on_chat_changed(self, thread_id: int) -> None:
+        if not self._closed:
+            self.chat.on_changed(thread_id)
+
+    def _on_turn_checked(self, r: dict) -> None:
+        if self._closed:
+            return
+        self.chat.refresh()
+        self.notify(
+            "Check this turn",
+            f"thread #{r['thread']} turn {r['turn']}: "
+            + ("exact" if r["exact"] else "NOT exact")
+            + f" (logits before the reply {'equal' if r['logits_equal'] else 'differ'}; stored state "
+            + {True: "byte-equal", False: "differs", None: "removed by gc"}[r["state_equal"]]
+            + f"; a replay of {r['tokens']:,} tokens in a new context took {r['replay_ms']:,.0f} ms)",
+            error=not r["exact"],
+        )
+
     def repair_library(self) -> None:
         """Check every blob and index row; compact old blobs, reclaim leftovers (kvgraft fsck --repair)."""
         self.client.request_repair.emit()
+
+    def collect_garbage(self) -> None:
+        """Remove thread states no thread needs and blobs nothing references (kvgraft gc)."""
+        self.client.request_op.emit("gc", [])
 
     def _on_busy(self, busy: bool) -> None:
         self.progress.setVisible(busy)
         self.cancel_button.setVisible(busy)
         self.ask_button.setEnabled(not busy and bool(self.engine_info))
+        self.chat.set_busy(busy)
         if busy:
             self.progress.setRange(0, 0)
+            self.progress.setFormat("")
 
     def _on_progress(self, stage: str, done: int, total: int) -> None:
         self.progress.setRange(0, max(1, total))
         self.progress.setValue(done)
         self.progress.setFormat(f"{stage} {done}/{total}")
+        self.progress.setToolTip(f"{stage} {done}/{total}")
 
     def _on_token(self, piece: str) -> None:
         self.answer_panel.show_token(piece)
@@ -245,8 +300,22 @@ class MainWindow(QMainWindow):
         self.notify("Verify", verify_summary(out), error=not out["ok"])
 
     def _on_failed(self, op: str, message: str) -> None:
+        if op in ("chat", "regenerate"):
+            self.chat.on_failed()
+        if op == "server":
+            self.server.on_failed(message)
         if op == "start":
             self.model_label.setText("model: not loaded")
+            if self._last_good is not None:  # a start never stays broken by a setting: back to what loaded
+                bad, self.settings, self._last_good = self.settings, self._last_good, None
+                self.notify(
+                    "Model not loaded",
+                    f"{message}\n\nThe settings before the change are back (model "
+                    f"{bad.model or 'embedded'} was not kept). Settings... changes them.",
+                    error=True,
+                )
+                self._restart_worker()
+                return
         self.notify(
             f"{op} failed" if message != "cancelled" else f"{op} cancelled", message, error=message != "cancelled"
         )
@@ -266,16 +335,16 @@ class MainWindow(QMainWindow):
         self.client.request_deposit_solution.emit(question, solution, answer)
 
     def selected_ids(self) -> list[int]:
-        rows = {self.proxy.mapToSource(i).row() for i in self.table.selectionModel().selectedRows()}
-        return [self.entries.row_at(r).id for r in sorted(rows)]
+        return self.library_panel.selected_ids()
 
-    def _ask_selected(self) -> None:
-        ids = self.selected_ids()
-        if ids:
-            row = next(r for r in self.entries._rows if r.id == ids[0])
-            self.question.setText(row.title)
-            self.tabs.setCurrentIndex(0)
-            self.ask()
+    def _ask_title(self, title: str) -> None:
+        self.question.setText(title)
+        self.tabs.setCurrentWidget(self.answer_panel)
+        self.ask()
+
+    def _thread_from_entry(self, entry_id: int, title: str) -> None:
+        self.tabs.setCurrentWidget(self.chat)
+        self.chat.start_from_entry(entry_id, title)
 
     def verify_selected(self, replay: bool = False) -> None:
         self.client.request_verify.emit(self.selected_ids(), bool(replay))
@@ -290,7 +359,7 @@ class MainWindow(QMainWindow):
 
     def _delete_selected(self) -> None:
         ids = self.selected_ids()
-        if ids and QMessageBox.question(self, "Delete", f"Delete {len(ids)} entries?") == QMessageBox.Yes:
+        if ids and self.confirm("Delete", f"Delete {len(ids)} entries? Their disk is given back."):
             self.client.request_remove.emit(ids)
 
     def _choose_import(self) -> None:
@@ -306,25 +375,43 @@ class MainWindow(QMainWindow):
             self.apply_settings(dlg.result_settings())
 
     def apply_settings(self, new: Settings) -> None:
-        """Persist the settings and, when the engine depends on them, restart the worker."""
-        save_settings(self.qsettings, new)
-        if new != self.settings:
-            self.settings = new
-            self.engine_info = {}
-            self.ask_button.setEnabled(False)
-            self.model_label.setText("model: loading...")
-            self.stop_worker()
-            self._start_worker()
+        """Use the new settings; they are saved once the engine loads with them, and a load that fails
+        brings the previous ones back (a saved setting never leaves the window unable to start)."""
+        if new == self.settings:
+            return
+        self._last_good = self._last_good or self.settings
+        self.settings = new
+        self._restart_worker()
+
+    def _restart_worker(self) -> None:
+        self.engine_info = {}
+        self.ask_button.setEnabled(False)
+        self.chat.fingerprint = None
+        self.model_label.setText("model: loading...")
+        self.server.on_state({"running": False})
+        self.stop_worker()
+        self._start_worker()
+
+    def _on_model_chosen(self, path: str) -> None:
+        if path:
+            self.offer_model(path, ask=False)
+        else:
+            self.use_embedded_model()
+
+    def use_embedded_model(self) -> None:
+        self.apply_settings(dataclasses.replace(self.settings, model=None))
 
     # -- drag and drop ----------------------------------------------------------------------------
     def dragEnterEvent(self, event) -> None:  # noqa: N802
         urls = event.mimeData().urls() if event.mimeData().hasUrls() else []
         if any(Path(u.toLocalFile()).suffix.lower() in DROPPABLE for u in urls):
-            event.acceptProposedAction()
+            event.setDropAction(Qt.CopyAction)
+            event.accept()
 
     def dropEvent(self, event) -> None:  # noqa: N802
         paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
-        event.acceptProposedAction()
+        event.setDropAction(Qt.CopyAction)  # never a move: a file manager would delete the source
+        event.accept()
         self.open_files(paths)
 
     def open_files(self, paths: list[str]) -> None:
@@ -343,13 +430,15 @@ class MainWindow(QMainWindow):
         for m in models[:1]:
             self.offer_model(m)
 
-    def offer_model(self, path: str) -> None:
+    def offer_model(self, path: str, ask: bool = True) -> None:
+        """Switch to the model at `path` once its header checks out (a file that is not a usable GGUF is refused
+        and nothing changes); `ask` confirms first (a dropped file), the model picker has chosen already."""
         try:
             info = inspect_gguf(Path(path))
         except NotAModel as exc:
             self.notify("Not a model", str(exc), error=True)
             return
-        if self.confirm(
+        if not ask or self.confirm(
             "Switch model", f"Switch to {info['name']} ({info['architecture']}, {info['size_bytes'] / 1e6:,.0f} MB)?"
         ):
             s = self.settings
@@ -363,11 +452,13 @@ class MainWindow(QMainWindow):
         if self._closed:
             return
         rows = self.view.rows(self.engine_info.get("fingerprint"), self.search.text())
-        self.entries.set_rows(rows)
+        self.library_panel.set_rows(rows)
         stats = self.view.stats(self.settings.n_ctx)
-        disk = f", {stats['bytes'] / 1e6:,.0f} MB on disk" if stats.get("bytes") else ""
+        # the entries the table lists (answer-ready states and thread states are not knowledge entries)
+        listed = stats["entries"] - sum(stats["by_kind"].get(k, 0) for k in ("answer", "session", "cache"))
+        disk = f", {stats['bytes']:,} bytes on disk" if stats.get("bytes") else ""
         self.library_label.setText(
-            f"library: {stats['entries']:,} entries, {stats['tokens']:,} tokens = {stats['context_multiple']:.1f}x the "
+            f"library: {listed:,} entries, {stats['tokens']:,} tokens = {stats['context_multiple']:.1f}x the "
             f"{self.settings.n_ctx:,}-token context{disk}"
         )
 

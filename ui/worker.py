@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 from pathlib import Path
 
@@ -30,10 +31,12 @@ from kvgraft.app.packs.export import export_pack
 from kvgraft.app.service import LibraryService, open_library
 from kvgraft.app.verify.batch import verify_targets
 
+from .worker_ops import WorkerOps
+
 log = logging.getLogger(__name__)
 
 
-class EngineWorker(QObject):
+class EngineWorker(QObject, WorkerOps):
     ready = Signal(dict)  # model name, backend, fingerprint, n_ctx
     status = Signal(str)
     progress = Signal(str, int, int)  # stage, done, total
@@ -47,6 +50,16 @@ class EngineWorker(QObject):
     library_changed = Signal()
     failed = Signal(str, str)  # operation, message
     busy = Signal(bool)
+    # conversations, disk and the server (ui/worker_ops.py)
+    chat_token = Signal(int, str)  # thread, piece of the reply
+    chat_done = Signal(dict)  # SayResult.as_dict() and wall_ms
+    chat_changed = Signal(int)  # a thread made, renamed, forked (its id) or deleted (-1)
+    turn_checked = Signal(dict)  # ChatService.check_turn
+    removed = Signal(dict)  # {entries, removed_blobs, removed_bytes}
+    collected = Signal(dict)  # gc's summary
+    server_state = Signal(dict)  # {"running", "url"} or {"running": False, "stored", "dropped"}
+    server_log = Signal(dict)  # one request the server answered (app/serve/embedded.py)
+    server_wake = Signal()  # emitted by the HTTP thread: a job waits
 
     def __init__(self, settings: Settings, engine=None) -> None:
         super().__init__()
@@ -58,6 +71,8 @@ class EngineWorker(QObject):
         self._cancel_lock = threading.Lock()
         self._lib = None
         self._svc = None
+        self._server = None
+        self.server_wake.connect(self.drain_server, Qt.QueuedConnection)
 
     # -- called from the GUI thread directly: sets a flag, queues its end -------------------------
     def cancel(self) -> None:
@@ -140,8 +155,10 @@ class EngineWorker(QObject):
             self._cancel.check()  # raises Cancelled: ask returns the part decoded, marked cancelled
 
         def go():
+            t0 = time.perf_counter()
             r = run_ask(self._service(), question, on_text=stream)
-            self.answered.emit({**r.as_dict(), "provenance": r.provenance()})
+            wall_ms = round((time.perf_counter() - t0) * 1e3, 1)
+            self.answered.emit({**r.as_dict(), "provenance": r.provenance(), "wall_ms": wall_ms})
 
         self._run("ask", go)
 
@@ -216,15 +233,19 @@ class EngineWorker(QObject):
 
     @Slot(list)
     def remove(self, ids: list) -> None:
-        def go():
-            service = self._service()
-            service.library.remove_all([int(i) for i in ids])
-            self.library_changed.emit()
+        self.op_remove(ids)
 
-        self._run("remove", go)
+    @Slot(str, list)
+    def run_op(self, op: str, args: list) -> None:
+        WorkerOps.run_op(self, op, args)
+
+    @Slot()
+    def drain_server(self) -> None:
+        WorkerOps.drain_server(self)
 
     def release_contexts(self) -> None:
-        """Free the warm context (called in the worker thread as it finishes)."""
+        """Stop the server and free the warm contexts (called in the worker thread as it finishes)."""
+        self.stop_server()
         if self._svc is not None:
             self._svc.close()
             self._svc = None
@@ -258,6 +279,7 @@ class WorkerClient(QObject):
     request_export = Signal(list, str)
     request_remove = Signal(list)
     request_repair = Signal()
+    request_op = Signal(str, list)  # ui/worker_ops.py: op_<name>(*args)
 
     def __init__(self, worker: EngineWorker) -> None:
         super().__init__()
@@ -274,6 +296,7 @@ class WorkerClient(QObject):
         self.request_export.connect(worker.export)
         self.request_remove.connect(worker.remove)
         self.request_repair.connect(worker.repair)
+        self.request_op.connect(worker.run_op)
         # run in the worker thread as it ends: its warm context is freed by the thread that owns it
         self.thread.finished.connect(worker.release_contexts, Qt.DirectConnection)
         self.thread.start()

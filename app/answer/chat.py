@@ -27,6 +27,11 @@ from kvgraft.library.records import LOCAL, Entry
 from kvgraft.library.threads import Thread, Turn
 
 DEFAULT_MAX_TOKENS = 128
+REGENERATE_TEMPERATURE = 0.8  # Regenerate samples: greedy would give the same reply again
+
+
+def regenerate_sampling(seed: int) -> SamplingParams:
+    return SamplingParams(temperature=REGENERATE_TEMPERATURE, seed=seed)
 
 
 class ChatError(EngineError):

@@ -16,6 +16,7 @@ from kvgraft.app.cli.common import (
     stage_progress,
 )
 from kvgraft.app.cli.deposit_cmd import deposit
+from kvgraft.app.maintain.disk import remove_entries
 from kvgraft.app.maintain.repair import check_library
 from kvgraft.app.packs.trust import signer_words, trust_store
 from kvgraft.app.service import open_library
@@ -183,8 +184,8 @@ def rm(entry_ids, files) -> None:
     if not entry_ids and not files:
         raise click.UsageError("give entry ids, or --file PATH")
     with open_library(cli_home()) as lib:
-        removed = lib.remove_all(entry_ids)
-        for e in removed:
+        out = remove_entries(lib, entry_ids)
+        for e in out["removed"]:
             click.echo(f"removed entry #{e.id} ({e.n_tokens:,} tokens)")
         for f in files:
             path = str(f.expanduser().resolve())  # the file itself may be gone: its path is its identity
@@ -196,7 +197,8 @@ def rm(entry_ids, files) -> None:
                 if gone
                 else f"forgot {path}: no entry removed (each was stored before it, or something else holds it)"
             )
-        freed = free_blobs(lib)
+        more = free_blobs(lib) if files else {"removed_bytes": 0, "removed_blobs": 0}
+        freed = {k: out[k] + more[k] for k in ("removed_bytes", "removed_blobs")}
         click.echo(f"disk given back: {freed['removed_bytes']:,} bytes ({freed['removed_blobs']} blobs)")
 
 

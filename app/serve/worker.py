@@ -134,76 +134,87 @@ class EngineWorker:
         self.service.library.close()
 
     def _store_one(self) -> bool:
-        try:
-            return self.cache.store_one()
-        except (EngineError, LibraryError, OSError) as exc:  # a cache store is an optimisation: log, go on
-            log.warning("an automatic state was not stored: %s", exc)
-            return True
+        return store_one(self.cache)
 
     def _serve(self, job: Job) -> None:
+        serve_job(self.cache, job)
+
+
+def store_one(cache: PromptCache) -> bool:
+    """Store one captured state; False when none is pending."""
+    try:
+        return cache.store_one()
+    except (EngineError, LibraryError, OSError) as exc:  # a cache store is an optimisation: log, go on
+        log.warning("an automatic state was not stored: %s", exc)
+        return True
+
+
+def serve_job(cache: PromptCache, job: Job) -> None:
+    """Prepare the job's prompt through the cache, decode through the one decode loop, emit what happens
+    (on the calling thread: the one engine thread)."""
+    if job.cancel.is_set():
+        return
+
+    def check(*_args) -> None:
         if job.cancel.is_set():
-            return
+            raise Cancelled("the client went away")
+        if time.monotonic() > job.deadline:
+            raise Cancelled("the request's time limit")
 
-        def check(*_args) -> None:
-            if job.cancel.is_set():
-                raise Cancelled("the client went away")
-            if time.monotonic() > job.deadline:
-                raise Cancelled("the request's time limit")
+    try:
+        prep = cache.prepare(job.tokens, on_progress=check)
+    except ContextLengthExceeded as exc:
+        job.emit(("error", "context_length_exceeded", str(exc)))
+        return
+    except Cancelled:
+        job.emit(("error", "cancelled", "cancelled"))
+        return
+    except (EngineError, LibraryError, OSError) as exc:
+        log.warning("a request failed while its prompt was prepared: %s", exc)
+        job.emit(("error", "engine_error", str(exc)))
+        return
+    job.emit(("prepared", prep))
+    session = cache.session
+    room = session.n_ctx - session.n_past
+    max_tokens = room if job.max_tokens is None else min(job.max_tokens, room)
+    lps: list[TokenLogprob] = []
+    sent = [0]
 
-        try:
-            prep = self.cache.prepare(job.tokens, on_progress=check)
-        except ContextLengthExceeded as exc:
-            job.emit(("error", "context_length_exceeded", str(exc)))
-            return
-        except Cancelled:
-            job.emit(("error", "cancelled", "cancelled"))
-            return
-        except (EngineError, LibraryError, OSError) as exc:
-            log.warning("a request failed while its prompt was prepared: %s", exc)
-            job.emit(("error", "engine_error", str(exc)))
-            return
-        job.emit(("prepared", prep))
-        session = self.cache.session
-        room = session.n_ctx - session.n_past
-        max_tokens = room if job.max_tokens is None else min(job.max_tokens, room)
-        lps: list[TokenLogprob] = []
-        sent = [0]
+    def on_text(piece: str) -> None:
+        job.emit(("text", piece, lps[sent[0] :]))
+        sent[0] = len(lps)
+        check()
 
-        def on_text(piece: str) -> None:
-            job.emit(("text", piece, lps[sent[0] :]))
-            sent[0] = len(lps)
-            check()
+    stream = TextStream(session.engine.model, on_text, job.stops, strip=job.strip)
 
-        stream = TextStream(session.engine.model, on_text, job.stops, strip=job.strip)
+    def on_token(tok: int, piece: str) -> None:
+        if job.top_logprobs is not None:
+            lps.append(token_logprob(session.logits(), tok, job.top_logprobs))
+        stream.on_token(tok, piece)
+        check()
 
-        def on_token(tok: int, piece: str) -> None:
-            if job.top_logprobs is not None:
-                lps.append(token_logprob(session.logits(), tok, job.top_logprobs))
-            stream.on_token(tok, piece)
-            check()
-
-        try:
-            gen = session.generate(max_tokens, stop=job.stops, on_token=on_token, sampler=Sampler(job.sampling))
-        except (EngineError, LibraryError) as exc:
-            self.cache.close_session()
-            log.warning("a request failed while decoding: %s", exc)
-            job.emit(("error", "engine_error", str(exc)))
-            return
-        text = gen.text.strip() if job.strip else gen.text
-        if job.cancel.is_set():
-            return
-        stream.finish(text)
-        timed_out = gen.stop_reason == "callback"
-        job.emit(
-            (
-                "done",
-                {
-                    "text": text,
-                    "completion_tokens": len(gen.tokens),
-                    "stop_reason": "max_tokens" if timed_out else gen.stop_reason,
-                    "decode_ms": gen.seconds * 1e3,
-                    "logprobs": lps[: len(gen.tokens)],
-                    "tail_logprobs": lps[sent[0] :],
-                },
-            )
+    try:
+        gen = session.generate(max_tokens, stop=job.stops, on_token=on_token, sampler=Sampler(job.sampling))
+    except (EngineError, LibraryError) as exc:
+        cache.close_session()
+        log.warning("a request failed while decoding: %s", exc)
+        job.emit(("error", "engine_error", str(exc)))
+        return
+    text = gen.text.strip() if job.strip else gen.text
+    if job.cancel.is_set():
+        return
+    stream.finish(text)
+    timed_out = gen.stop_reason == "callback"
+    job.emit(
+        (
+            "done",
+            {
+                "text": text,
+                "completion_tokens": len(gen.tokens),
+                "stop_reason": "max_tokens" if timed_out else gen.stop_reason,
+                "decode_ms": gen.seconds * 1e3,
+                "logprobs": lps[: len(gen.tokens)],
+                "tail_logprobs": lps[sent[0] :],
+            },
         )
+    )
