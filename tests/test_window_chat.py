@@ -222,8 +222,10 @@ def test_detail_view_thread_from_an_entry_and_delete_gives_the_disk_back(qtbot, 
     w.refresh_library()
     w.table.selectRow(0)
     shown = w.library_panel.detail.view.toPlainText()
-    assert f"#{entry.id} Quarry notes" in shown and entry.blob_sha256 in shown and "proof\tlocal" in shown.replace(
-        "\n", "\t"
+    assert (
+        f"#{entry.id} Quarry notes" in shown
+        and entry.blob_sha256 in shown
+        and "proof\tlocal" in shown.replace("\n", "\t")
     )
     w.library_panel.detail.thread_button.click()  # "Start a thread from this entry"
     qtbot.waitUntil(lambda: w.chat.thread_id is not None, timeout=30_000)

@@ -12,7 +12,7 @@ import gc
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, QTimer
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings, QTimer
 from PySide6.QtGui import QAction, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -27,9 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 import kvgraft
-from kvgraft.app.core.gguf_check import NotAModel, inspect_gguf
 from kvgraft.app.core.runtime import Settings
-from kvgraft.app.ingest.documents import DOCUMENT_SUFFIXES
 from kvgraft.app.library_view import LibraryView
 
 from .answer_panel import AnswerPanel
@@ -39,14 +37,13 @@ from .model_picker import ModelPicker, models_dir
 from .server_panel import ServerPanel
 from .settings_dialog import SettingsDialog, load_settings, save_settings
 from .summaries import import_summary, verify_summary
+from .window_files import WindowFiles
 from .worker import EngineWorker, WorkerClient
 
 ICON = Path(kvgraft.__file__).resolve().parent / "kvgraft.svg"  # package data of kvgraft (packaging/kvgraft)
-IMPORTABLE = (".kvpack", ".jsonl") + DOCUMENT_SUFFIXES  # packs, problem files, documents (app/ingest/import_files.py)
-DROPPABLE = IMPORTABLE + (".gguf",)
 
 
-class MainWindow(QMainWindow):
+class MainWindow(QMainWindow, WindowFiles):
     def __init__(self, qsettings: QSettings | None = None, engine=None) -> None:
         super().__init__()
         self.qsettings = qsettings or QSettings("kvgraft", "kvgraft")
@@ -400,52 +397,6 @@ class MainWindow(QMainWindow):
 
     def use_embedded_model(self) -> None:
         self.apply_settings(dataclasses.replace(self.settings, model=None))
-
-    # -- drag and drop ----------------------------------------------------------------------------
-    def dragEnterEvent(self, event) -> None:  # noqa: N802
-        urls = event.mimeData().urls() if event.mimeData().hasUrls() else []
-        if any(Path(u.toLocalFile()).suffix.lower() in DROPPABLE for u in urls):
-            event.setDropAction(Qt.CopyAction)
-            event.accept()
-
-    def dropEvent(self, event) -> None:  # noqa: N802
-        paths = [u.toLocalFile() for u in event.mimeData().urls() if u.isLocalFile()]
-        event.setDropAction(Qt.CopyAction)  # never a move: a file manager would delete the source
-        event.accept()
-        self.open_files(paths)
-
-    def open_files(self, paths: list[str]) -> None:
-        packs = [p for p in paths if Path(p).suffix.lower() in IMPORTABLE]
-        models = [p for p in paths if Path(p).suffix.lower() == ".gguf"]
-        others = [p for p in paths if p not in packs and p not in models]
-        if others:
-            self.notify(
-                "Not imported",
-                "kvgraft takes .kvpack packs, .jsonl problem files, .txt/.md/.pdf documents and .gguf models:\n"
-                + "\n".join(Path(p).name for p in others),
-                error=True,
-            )
-        if packs:
-            self.client.request_import.emit(packs)
-        for m in models[:1]:
-            self.offer_model(m)
-
-    def offer_model(self, path: str, ask: bool = True) -> None:
-        """Switch to the model at `path` once its header checks out (a file that is not a usable GGUF is refused
-        and nothing changes); `ask` confirms first (a dropped file), the model picker has chosen already."""
-        try:
-            info = inspect_gguf(Path(path))
-        except NotAModel as exc:
-            self.notify("Not a model", str(exc), error=True)
-            return
-        if not ask or self.confirm(
-            "Switch model", f"Switch to {info['name']} ({info['architecture']}, {info['size_bytes'] / 1e6:,.0f} MB)?"
-        ):
-            s = self.settings
-            self.apply_settings(dataclasses.replace(s, model=Path(info["path"])))
-
-    def confirm(self, title: str, text: str) -> bool:
-        return QMessageBox.question(self, title, text) == QMessageBox.Yes
 
     # -- library view -------------------------------------------------------------------------
     def refresh_library(self) -> None:
