@@ -43,7 +43,7 @@ from .worker import EngineWorker, WorkerClient
 ICON = Path(kvgraft.__file__).resolve().parent / "kvgraft.svg"  # package data of kvgraft (packaging/kvgraft)
 
 
-class MainWindow(QMainWindow, WindowFiles):
+class MainWindow(WindowFiles, QMainWindow):  # the mixin first: its dropEvent overrides Qt's
     def __init__(self, qsettings: QSettings | None = None, engine=None) -> None:
         super().__init__()
         self.qsettings = qsettings or QSettings("kvgraft", "kvgraft")
