@@ -2,8 +2,9 @@
 """Render the main window with a populated library to docs/screenshot.png (offscreen).
 
 Uses a temporary KVGRAFT_HOME and QSettings file: deposits a few of the starter problems and a
-document through the real engine, asks one question, and grabs the window (Ask tab) and the
-Library tab (docs/screenshot-library.png).
+document through the real engine, asks one question (docs/screenshot-ask.png), starts a thread
+from the document, resumes it and checks its second turn (the conversation view: docs/screenshot.png),
+then grabs the Library tab with an entry opened (docs/screenshot-library.png).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def main() -> None:
         service.deposit(synthetic_text(900, seed=3), title="Field notes: the river, the mill and the harbor")
     qs = QSettings(str(Path(os.environ["KVGRAFT_HOME"]) / "settings.ini"), QSettings.IniFormat)
     win = MainWindow(qs, engine=engine)
-    win.show_message = lambda *a: None
+    win.show_message = lambda *a: None  # win.messages records them
     win.resize(1100, 620)
     win.show()
 
@@ -51,13 +52,32 @@ def main() -> None:
             time.sleep(0.02)
 
     wait(lambda: bool(win.engine_info))
+    win.worker.max_reply_tokens = 24
     win.question.setText(problems[3].question)
     win.ask()
     wait(lambda: win.last_answer is not None)
     app.processEvents()
     out = REPO / "docs"
+    win.tabs.setCurrentWidget(win.answer_panel)
+    app.processEvents()
+    win.grab().save(str(out / "screenshot-ask.png"))
+    # the conversation view: a thread started from the field notes, resumed, its last turn checked
+    doc = next(r for r in win.view.rows(win.engine_info["fingerprint"]) if r.kind == "document")
+    win.chat.start_from_entry(doc.id, "Field notes")
+    wait(lambda: win.chat.thread_id is not None)
+    for text in ("What does the river carry?", "And what stands by the harbor?"):
+        done = []
+        win.worker.chat_done.connect(done.append)
+        win.chat.input.setPlainText(text)
+        win.chat.send()
+        wait(lambda: bool(done) and not win.chat.busy)
+    win.chat.check(2)
+    wait(lambda: any(t == "Check this turn" for t, _ in win.messages))
+    win.tabs.setCurrentWidget(win.chat)
+    app.processEvents()
     win.grab().save(str(out / "screenshot.png"))
-    win.tabs.setCurrentIndex(1)
+    win.tabs.setCurrentWidget(win.library_panel)
+    win.table.selectRow(0)
     app.processEvents()
     win.grab().save(str(out / "screenshot-library.png"))
     win.close()
