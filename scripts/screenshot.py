@@ -70,7 +70,7 @@ def main() -> None:
         win.worker.chat_done.connect(done.append)
         win.chat.input.setPlainText(text)
         win.chat.send()
-        wait(lambda: bool(done) and not win.chat.busy)
+        wait(lambda done=done: bool(done) and not win.chat.busy)
     win.chat.check(2)
     wait(lambda: any(t == "Check this turn" for t, _ in win.messages))
     win.tabs.setCurrentWidget(win.chat)

@@ -44,6 +44,13 @@ def doctor(state, as_json: bool) -> None:
         f"data dir          {report.data_dir}",
         f"model cache       {report.model_dir}",
         f"fingerprint       {report.fingerprint}",
+        "window libraries  "
+        + (
+            "all found"
+            if not report.window_libraries
+            else f"missing {', '.join(sorted(report.window_libraries))}: sudo apt-get install "
+            + " ".join(sorted(set(report.window_libraries.values())))
+        ),
     ]
     words = check_words(report.graft_check)
     lines += [f"{'graft check' if i == 0 else '':<18}{w}" for i, w in enumerate(words)]

@@ -9,6 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from kvgraft.app import __version__
+from kvgraft.app.core.desktop_libs import missing_window_libraries
 from kvgraft.app.core.paths import data_dir, model_dir
 from kvgraft.app.maintain.graft_checks import graft_check_report
 from kvgraft.engine.bindings import supports_gpu_offload
@@ -43,6 +44,7 @@ class DoctorReport:
     graft_check: dict  # kvgraft selftest's outcomes on this device
     fingerprint_info: dict  # compared: config and probe hashes
     environment: dict  # descriptive: recorded, never compared
+    window_libraries: dict  # missing shared object -> its Debian package (empty: the window can start)
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -99,4 +101,5 @@ def doctor_report(engine: Engine, home: Path | None = None, checks: ProbeCache |
         graft_check=graft_check_report(engine, checks),
         fingerprint_info=engine.fingerprint_info,
         environment=engine.environment,
+        window_libraries=missing_window_libraries(),
     )

@@ -36,6 +36,15 @@ def bundle_main() -> None:
 
 
 def _run_window(argv: list[str]) -> int:
+    import os
+
+    from kvgraft.app.core.desktop_libs import missing_libraries_message, missing_window_libraries
+
+    if os.environ.get("QT_QPA_PLATFORM", "xcb") == "xcb" and os.environ.get("DISPLAY"):
+        missing = missing_window_libraries()  # Qt would abort (exit 134) naming the wrong package
+        if missing:
+            print(f"kvgraft: {missing_libraries_message(missing)}", file=sys.stderr)
+            return 1
     from kvgraft.ui.main_window import run
 
     return run(argv)
