@@ -68,6 +68,7 @@ def main() -> None:
     for text in ("What does the river carry?", "And what stands by the harbor?"):
         done = []
         win.worker.chat_done.connect(done.append)
+        wait(lambda: not win.chat.busy)  # Send is disabled while the engine thread works
         win.chat.input.setPlainText(text)
         win.chat.send()
         wait(lambda done=done: bool(done) and not win.chat.busy)

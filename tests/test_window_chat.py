@@ -50,7 +50,7 @@ def open_window(qtbot, engine, qsettings, max_reply_tokens=8) -> MainWindow:
     w.show_message = lambda title, text, error: None  # w.messages records them
     w.worker.max_reply_tokens = max_reply_tokens
     qtbot.addWidget(w)
-    qtbot.waitUntil(lambda: bool(w.engine_info), timeout=60_000)
+    qtbot.waitUntil(lambda: bool(w.engine_info) and not w.chat.busy, timeout=60_000)  # the load's busy(False) too
     return w
 
 
@@ -69,8 +69,10 @@ def window(qtbot, engine, qsettings):
 def say(qtbot, w: MainWindow, text: str) -> dict:
     done = []
     w.worker.chat_done.connect(done.append)
+    qtbot.waitUntil(lambda: not w.chat.busy, timeout=60_000)  # Send is disabled while the engine thread works
     w.chat.input.setPlainText(text)
     w.chat.send()
+    assert w.chat.pending is not None, "the message was not sent"
     qtbot.waitUntil(lambda: bool(done) and w.chat.pending is None and not w.chat.busy, timeout=120_000)
     return done[0]
 
@@ -133,6 +135,7 @@ def test_fork_stop_and_regenerate(qtbot, window):
     w.worker.max_reply_tokens = 200
     done = []
     w.worker.chat_done.connect(done.append)
+    qtbot.waitUntil(lambda: not w.chat.busy, timeout=60_000)
     w.chat.input.setPlainText("Now list every pier, one per line, with its boats and crane.")
     w.chat.send()
     qtbot.waitUntil(lambda: w.chat.pending is not None and len(w.chat.pending["text"]) > 0, timeout=60_000)
@@ -150,6 +153,7 @@ def test_fork_stop_and_regenerate(qtbot, window):
     # Regenerate: the last turn is taken back and answered again from the state before it
     turns_before = w.view.library.turns(fork)
     done.clear()
+    qtbot.waitUntil(lambda: not w.chat.busy, timeout=60_000)
     w.chat.regenerate()
     qtbot.waitUntil(lambda: bool(done) and not w.chat.busy, timeout=60_000)
     again = done[0]
@@ -241,3 +245,20 @@ def test_detail_view_thread_from_an_entry_and_delete_gives_the_disk_back(qtbot, 
     after = w.view.stats(w.settings.n_ctx)["bytes"]
     assert after < before and f"disk given back: {before - after:,} bytes" in text
     assert w.entries.rowCount() == 0 and w.library_label.text().startswith("library: 0 entries")
+
+
+def test_settings_llama_cpp_refuses_are_not_kept(qtbot, window, qsettings):
+    """A quantized V cache with flash attention off is refused by llama.cpp: the window says so, goes back to
+    the settings that loaded, and saves nothing (a saved setting never leaves the window unable to start)."""
+    import dataclasses
+
+    from kvgraft.ui.settings_dialog import load_settings
+
+    w = window
+    good = w.settings
+    w.apply_settings(dataclasses.replace(good, type_v="q4_0", flash_attn=False))
+    text = message(qtbot, w, "Model not loaded", timeout=120_000)
+    assert "The settings before the change are back" in text
+    qtbot.waitUntil(lambda: bool(w.engine_info), timeout=120_000)  # loaded again, with the settings before
+    assert w.settings == good and w.engine_info["n_ctx"] == good.n_ctx
+    assert load_settings(QSettings(qsettings.fileName(), QSettings.IniFormat)).type_v == "f16"
