@@ -80,6 +80,10 @@ class ChatPanel(QWidget):
         self.pending: dict | None = None  # the reply in progress: {"thread", "user", "text", "regenerate"}
         self.results: dict[tuple[int, int], dict] = {}  # (thread, turn) -> this session's SayResult, for wall time
         self.busy = False
+        # what the index held at the last refresh: repaints while a reply streams read no SQL
+        self._threads: dict = {}  # id -> Thread
+        self._listing: dict[int, dict] = {}  # id -> thread_listing row
+        self._turns: list = []  # the shown thread's turns
         self._render_timer = QTimer(self, singleShot=True, interval=40)  # tokens are shown at most 25 times a second
         self._render_timer.timeout.connect(self.render)
         self._build()
@@ -174,8 +178,6 @@ class ChatPanel(QWidget):
             self.thread_id = thread_id
             if self.pending is not None and self.pending["thread"] < 0:
                 self.pending["thread"] = thread_id
-        elif self.thread_id is not None and not self._exists(self.thread_id):
-            self.thread_id = None
         self.refresh()
 
     def on_failed(self) -> None:
@@ -206,7 +208,7 @@ class ChatPanel(QWidget):
             self.stop_requested.emit()
 
     def regenerate(self) -> None:
-        turns = self.reader.turns(self.thread_id) if self.thread_id is not None else []
+        turns = self._turns
         if not turns or self.busy or not self._usable(self.thread_id):
             return
         self.pending = {"thread": self.thread_id, "user": turns[-1].user, "text": "", "regenerate": True}
@@ -227,7 +229,7 @@ class ChatPanel(QWidget):
     def _rename(self) -> None:
         if self.thread_id is None:
             return
-        old = self.reader.thread(self.thread_id).title or ""
+        old = self._threads[self.thread_id].title or ""
         title, ok = QInputDialog.getText(self, "Rename thread", "Title:", text=old)
         if ok:
             self.op_requested.emit("chat_rename", [self.thread_id, title])
@@ -251,21 +253,25 @@ class ChatPanel(QWidget):
         tid = item.data(Qt.UserRole)
         if tid != self.thread_id:
             self.thread_id = tid
+            self._turns = self.reader.turns(tid)
             self.render()
             self._update_buttons()
 
     # -- reading the index ------------------------------------------------------------------------------
     def _exists(self, thread_id: int) -> bool:
-        return any(t.id == thread_id for t in self.reader.threads())
+        return thread_id in self._threads
 
     def _usable(self, thread_id: int | None) -> bool:
         """A new thread, or one made under the loaded engine (another's state is never grafted)."""
-        return thread_id is None or self.reader.thread(thread_id).fingerprint == self.fingerprint
+        return thread_id is None or self._threads[thread_id].fingerprint == self.fingerprint
 
     def refresh(self) -> None:
         """The thread list, then the conversation, from the index."""
-        rows = {r["thread"]: r for r in thread_listing(self.reader)}
-        threads = {t.id: t for t in self.reader.threads()}
+        rows = self._listing = {r["thread"]: r for r in thread_listing(self.reader)}
+        threads = self._threads = {t.id: t for t in self.reader.threads()}
+        if self.thread_id is not None and self.thread_id not in threads:  # deleted
+            self.thread_id = None
+        self._turns = self.reader.turns(self.thread_id) if self.thread_id is not None else []
         self.thread_list.blockSignals(True)
         self.thread_list.clear()
         for tid in sorted(rows, reverse=True):
@@ -289,9 +295,9 @@ class ChatPanel(QWidget):
         out: list[str] = []
         turns = []
         if tid is not None and self._exists(tid):
-            th = self.reader.thread(tid)
-            turns = self.reader.turns(tid)
-            size = {r["thread"]: r["session_bytes"] for r in thread_listing(self.reader)}.get(tid, 0)
+            th = self._threads[tid]
+            turns = self._turns
+            size = self._listing.get(tid, {}).get("session_bytes", 0)
             head = f"Thread #{tid}: {th.title or '(untitled)'} - {len(turns)} turns, states {size / 1e6:,.1f} MB"
             if th.forked_from:
                 head += f" - forked from #{th.forked_from} at turn {th.fork_turn}"
@@ -342,7 +348,7 @@ class ChatPanel(QWidget):
     def _update_buttons(self) -> None:
         ready = bool(self.fingerprint) and not self.busy
         usable = self.thread_id is None or (self._exists(self.thread_id) and self._usable(self.thread_id))
-        has_turns = self.thread_id is not None and bool(self.reader.turns(self.thread_id)) if usable else False
+        has_turns = usable and self.thread_id is not None and bool(self._turns)
         self.send_button.setEnabled(ready and usable)
         self.stop_button.setEnabled(self.busy)
         self.regenerate_button.setEnabled(ready and has_turns)

@@ -24,11 +24,11 @@ import uvicorn
 from kvgraft.app.serve.http import Server, ServerConfig, build_app
 from kvgraft.app.serve.prompt_cache import PromptCache
 from kvgraft.app.serve.run import ServeError, ServeOptions, check_options
-from kvgraft.app.serve.worker import Job, QueueFull, serve_job, store_one
+from kvgraft.app.serve.worker import Job, JobQueue, serve_job, store_one
 from kvgraft.app.service import LibraryService
 
 
-class EmbeddedServer:
+class EmbeddedServer(JobQueue):
     def __init__(
         self,
         service: LibraryService,
@@ -37,15 +37,14 @@ class EmbeddedServer:
         on_request: Callable[[dict], None] | None = None,
     ) -> None:
         check_options(opts)
+        super().__init__(opts.queue_size)
         self.service = service  # the caller's: it stays open when the server stops
         self.opts = opts
         self.cache = PromptCache(service, opts.budget_bytes or 0, opts.block)
-        self._q: queue.Queue = queue.Queue(maxsize=opts.queue_size)
         self._wake = wake
         self._on_request = on_request
         self.ready = threading.Event()
         self.load_error: BaseException | None = None
-        self.busy = False
         self.port = opts.port
         self._uvicorn: uvicorn.Server | None = None
         self._thread: threading.Thread | None = None
@@ -55,16 +54,9 @@ class EmbeddedServer:
         host = f"[{self.opts.host}]" if ":" in self.opts.host else self.opts.host
         return f"http://{host}:{self.port}/v1"
 
-    @property
-    def depth(self) -> int:
-        return self._q.qsize() + int(self.busy)
-
     # -- the HTTP thread -----------------------------------------------------------------------
     def submit(self, job: Job) -> None:
-        try:
-            self._q.put_nowait(job)
-        except queue.Full:
-            raise QueueFull(f"{self._q.maxsize} requests are waiting") from None
+        super().submit(job)
         self._wake()
 
     # -- the engine thread ---------------------------------------------------------------------
@@ -152,12 +144,7 @@ class EmbeddedServer:
 
     def stop(self) -> dict:
         """Refuse what waits, stop the HTTP thread, store the pending states, free the cache's context."""
-        while True:
-            try:
-                job = self._q.get_nowait()
-            except queue.Empty:
-                break
-            job.emit(("error", "shutting_down", "the server is shutting down"))
+        self.refuse_waiting()
         if self._uvicorn is not None:
             self._uvicorn.should_exit = True
         if self._thread is not None:

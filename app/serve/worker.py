@@ -49,27 +49,13 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
 
 
-class EngineWorker:
-    def __init__(
-        self,
-        open_service: Callable[[], LibraryService],
-        budget_bytes: int,
-        block: int,
-        queue_size: int = 16,
-    ) -> None:
-        self._open_service = open_service
-        self._budget, self._block = budget_bytes, block
-        self._q: queue.Queue = queue.Queue(maxsize=queue_size)
-        self.ready = threading.Event()
-        self.load_error: BaseException | None = None
-        self.service: LibraryService | None = None
-        self.cache: PromptCache | None = None
-        self.busy = False
-        self.stopped_with: dict = {}
-        self._thread = threading.Thread(target=self._run, name="kvgraft-engine", daemon=True)
+class JobQueue:
+    """The bounded FIFO between the HTTP side and whichever thread runs the jobs (this module's
+    EngineWorker, or the window's engine thread through app/serve/embedded.py)."""
 
-    def start(self) -> None:
-        self._thread.start()
+    def __init__(self, queue_size: int) -> None:
+        self._q: queue.Queue = queue.Queue(maxsize=queue_size)
+        self.busy = False
 
     @property
     def depth(self) -> int:
@@ -81,16 +67,42 @@ class EngineWorker:
         except queue.Full:
             raise QueueFull(f"{self._q.maxsize} requests are waiting") from None
 
-    def stop(self, store_pending: bool = True, timeout: float | None = None) -> dict:
-        """Finish the job in progress, refuse the queued ones, store (or drop) the captured states."""
-        self._store_on_stop = store_pending
-        while True:  # queued jobs are answered "shutting down"; the sentinel goes in
+    def refuse_waiting(self) -> None:
+        """Answer every queued job "shutting down"."""
+        while True:
             try:
                 job = self._q.get_nowait()
             except queue.Empty:
                 break
             if job is not _STOP:
                 job.emit(("error", "shutting_down", "the server is shutting down"))
+
+
+class EngineWorker(JobQueue):
+    def __init__(
+        self,
+        open_service: Callable[[], LibraryService],
+        budget_bytes: int,
+        block: int,
+        queue_size: int = 16,
+    ) -> None:
+        super().__init__(queue_size)
+        self._open_service = open_service
+        self._budget, self._block = budget_bytes, block
+        self.ready = threading.Event()
+        self.load_error: BaseException | None = None
+        self.service: LibraryService | None = None
+        self.cache: PromptCache | None = None
+        self.stopped_with: dict = {}
+        self._thread = threading.Thread(target=self._run, name="kvgraft-engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, store_pending: bool = True, timeout: float | None = None) -> dict:
+        """Finish the job in progress, refuse the queued ones, store (or drop) the captured states."""
+        self._store_on_stop = store_pending
+        self.refuse_waiting()
         self._q.put(_STOP)
         self._thread.join(timeout)
         return self.stopped_with
