@@ -34,6 +34,7 @@ from typing import Iterator
 from . import container
 from .blobread import CHUNK, ReadPlan, pread_all, read_header, unreadable
 from .errors import BlobCorrupt, BlobMissing, BlobUnreadable, LibraryError, StorageFull
+from .stores import ObjectStore
 
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kvgraft-blob")
 _SHA = re.compile(r"^[0-9a-f]{64}$")
@@ -62,7 +63,9 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-class BlobStore:
+class BlobStore(ObjectStore):
+    """The data dir's blobs (the local tier of library/stores.py)."""
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
@@ -221,6 +224,29 @@ class BlobStore:
     def stored_bytes(self, sha256: str) -> bytes:
         """The blob's file exactly as stored (container or plain), unchecked: for packs."""
         return self.path(sha256).read_bytes()
+
+    # -- the ObjectStore interface (library/stores.py) -------------------------------------------
+    def contains(self, sha256: str) -> bool:
+        return self.exists(sha256)
+
+    def stored_size(self, sha256: str) -> int | None:
+        return self.size(sha256)
+
+    def get_stored(self, sha256: str) -> bytes:
+        try:
+            return self.stored_bytes(sha256)
+        except FileNotFoundError as exc:
+            raise BlobMissing(f"blob {sha256} is missing from {self.root}") from exc
+        except OSError as exc:
+            raise unreadable(sha256, exc) from exc
+
+    def add_stored(self, sha256: str, data: bytes) -> bool:
+        """Store a container as it is (decoded and checked here first; `put` keeps an intact copy)."""
+        canonical, ranges = container.decode_checked(data, sha256)
+        return self.put(canonical, sha256, trusted=True, elide=ranges).written
+
+    def iter_shas(self) -> Iterator[str]:
+        return self.iter_blobs()
 
     def _file_digests(self, path: Path) -> bytes:
         out = []

@@ -202,3 +202,22 @@ def decode(stored, c: Container | None = None) -> bytearray:
     for a, n, s in zip(canon.tolist(), length.tolist(), pos.tolist(), strict=True):
         out[a : a + n] = stored[s : s + n]
     return out
+
+
+def decode_checked(
+    stored, sha256: str, expected_size: int | None = None, max_size: int | None = None
+) -> tuple[bytearray, np.ndarray]:
+    """(canonical bytes, elided ranges) of a whole container held in memory, after checking its
+    header, its canonical size (against `expected_size`, and at most `max_size`) and that the
+    canonical bytes hash to `sha256`. Raises ContainerError / BlobCorrupt naming the problem."""
+    import hashlib
+
+    c = parse_header(memoryview(stored).cast("B"), stored_size=len(stored))
+    if expected_size is not None and c.size != expected_size:
+        raise ContainerError(f"blob {sha256[:16]}... holds {c.size:,} bytes, {expected_size:,} were declared")
+    if max_size is not None and c.size > max_size:
+        raise ContainerError(f"blob {sha256[:16]}... decodes to {c.size:,} bytes, more than {max_size:,}")
+    data = decode(stored, c)
+    if hashlib.sha256(data).hexdigest() != sha256:
+        raise BlobCorrupt(f"blob {sha256[:16]}... does not match its SHA-256 (damaged or tampered)")
+    return data, c.ranges

@@ -32,3 +32,11 @@ class BlobUnreadable(LibraryError):
 # The index's own errors (a locked or unreadable index.db): callers above the library catch this
 # name and never import the SQLite driver themselves.
 IndexDatabaseError = sqlite3.Error
+
+
+class RemoteError(LibraryError):
+    """A remote store could not be reached or refused a request (endpoint, credentials, bucket, network)."""
+
+
+class RemoteConflict(RemoteError):
+    """A conditional write lost its race (the object changed, or already exists): read again and retry."""

@@ -259,6 +259,14 @@ def m012_turn_stats(db: Database) -> None:
         db["turns"].add_column(col, typ)
 
 
+@migrations()
+def m013_remotes(db: Database) -> None:
+    """The S3 remotes a library pushes to and pulls from (library/remotes.py): a name, the bucket, the key
+    prefix ("" or ending in "/"), and the endpoint when it is not AWS. Credentials are never stored:
+    boto3 reads them from its usual environment variables and files."""
+    db["remotes"].create({"name": str, "bucket": str, "prefix": str, "endpoint_url": str, "added_at": str}, pk="name")
+
+
 def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens: int) -> None:
     tokens = unpack_tokens(tokens_blob)
     keys = prefix_keys(tokens, entry_key_lengths(n_tokens))
@@ -281,4 +289,5 @@ MIGRATIONS = [
     "m010_sources",
     "m011_prompt_cache",
     "m012_turn_stats",
+    "m013_remotes",
 ]

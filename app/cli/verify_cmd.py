@@ -9,14 +9,24 @@ from pathlib import Path
 import click
 
 from kvgraft.app.cli.common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors, stage_progress
+from kvgraft.app.packs.trust import trust_store
+from kvgraft.app.remote.check import verify_remote
 from kvgraft.app.service import LibraryService, open_library
 from kvgraft.app.verify.batch import recheck_receipts, verify_targets
 from kvgraft.app.verify.items import receipts_sha256
+from kvgraft.library.remote import RemoteRepo
+from kvgraft.library.remotes import get_remote
 
 
 @click.command()
 @click.argument("packs", type=click.Path(dir_okay=False, path_type=Path), nargs=-1)
 @click.option("--library", "use_library", is_flag=True, help="Verify every entry in the library.")
+@click.option(
+    "--remote",
+    "remote_name",
+    metavar="NAME",
+    help="Check a remote in place (no model loaded): every manifest's hash and signature, every named blob.",
+)
 @click.option(
     "--replay",
     is_flag=True,
@@ -38,12 +48,17 @@ from kvgraft.app.verify.items import receipts_sha256
 @click.option("--json", "as_json", is_flag=True, help="Print ok, entries and failures as JSON.")
 @engine_options
 @handle_errors
-def verify(state, packs, use_library, replay, samples, receipts, check, as_json) -> None:
+def verify(state, packs, use_library, remote_name, replay, samples, receipts, check, as_json) -> None:
     """Verify packs or the whole library: blob hashes, bit-exact replay, graft vs fresh logits, answers.
 
     Exit 0 only if every check passed. With --receipts FILE the inputs' and outputs' hashes and the
     engine fingerprint are written to FILE; `verify --receipts FILE --check` re-runs and compares.
     """
+    if remote_name is not None:
+        if packs or use_library or check or receipts or replay:
+            raise click.UsageError("--remote NAME takes no packs, --library, --replay, --receipts or --check")
+        _verify_remote(remote_name, as_json)
+        return
     if check:
         if not receipts or packs or use_library:
             raise click.UsageError("--check takes only --receipts FILE")
@@ -120,4 +135,25 @@ def verify(state, packs, use_library, replay, samples, receipts, check, as_json)
             + (f"; receipts in {receipts} (sha256 {receipts_sha256(out)[:16]}...)" if receipts else "")
         )
     if not out["ok"]:
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+def _verify_remote(name: str, as_json: bool) -> None:
+    with open_library(cli_home()) as lib:
+        repo = RemoteRepo(get_remote(lib, name))
+        res = verify_remote(repo, trust_store(lib.root), progress=stage_progress("verify"))
+    if as_json:
+        emit_json(res.as_dict())
+    else:
+        signed = ", ".join(f"{n} signed by {k}" for k, n in res.signed.items())
+        click.echo(
+            f"remote {name}: {res.manifests} manifests, {res.entries} entries, {res.blobs} blobs "
+            f"({res.bytes / 1e6:.1f} MB)" + (f"; {signed}" if signed else "")
+        )
+        for n in res.notes:
+            click.echo(f"  note: {n['object']}: {n['note']}")
+        for p in res.problems:
+            click.echo(f"  PROBLEM: {p['object']}: {p['problem']}")
+        click.echo("all checks passed" if res.ok else f"{len(res.problems)} problems")
+    if not res.ok:
         sys.exit(EXIT_CHECK_FAILED)

@@ -53,13 +53,13 @@ def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: 
     model = lib.model_record(next(iter(models))) if len(models) == 1 and None not in models else None
     if model is None:
         raise PackError("the selected entries do not name one known model")
-    manifest = build_manifest(entries, model, engine_info, {sha: _member_size(lib, sha) for sha in shas}, __version__)
+    manifest = build_manifest(entries, model, engine_info, {sha: member_size(lib, sha) for sha in shas}, __version__)
     by_sha = {e.blob_sha256: e for e in entries}
     declared = {item["blob_sha256"]: item["blob_stored_size"] for item in manifest["entries"]}
     size = write_pack(
         path,
         manifest,
-        ((sha, lambda e=e: _stored_checked(lib, e, declared[e.blob_sha256])) for sha, e in by_sha.items()),
+        ((sha, lambda e=e: stored_checked(lib, e, declared[e.blob_sha256])) for sha, e in by_sha.items()),
         sign_key=sign_key,
     )
     return PackExport(
@@ -72,7 +72,7 @@ def export_pack(service_or_library, entries: list[Entry], path: Path, sign_key: 
     )
 
 
-def _member_size(lib, sha: str) -> int | None:
+def member_size(lib, sha: str) -> int | None:
     """The pack member's size: the stored container, or a plain file (a blob with nothing to elide
     kept in the form it had before compaction) plus the header that makes it one."""
     try:
@@ -83,7 +83,7 @@ def _member_size(lib, sha: str) -> int | None:
         return None  # reported by the export's read of the blob
 
 
-def _stored_checked(lib, e: Entry, declared: int) -> bytes:
+def stored_checked(lib, e: Entry, declared: int) -> bytes:
     """The entry's blob as a compact container (as stored, or a plain file wrapped in a header
     that elides nothing), after checking it decodes to its address."""
     try:

@@ -202,7 +202,7 @@ def import_pack(
         same_bits = check_compatible(engine, reader)
         tokens, address = validate_pack(service, reader, progress)
         signer_name = trusted_name(reader, trust)
-        proofs = _prove(service, reader, tokens, address, signer_name if same_bits else None, replay, progress)
+        proofs = prove_entries(service, reader, tokens, address, signer_name if same_bits else None, replay, progress)
         need = sum(
             reader.members[f"blobs/{s}"].file_size
             for s in reader.blob_shas()
@@ -219,7 +219,7 @@ def import_pack(
             model_record(engine),
             signer=signer,
             on_progress=lambda d, t: progress("copy", d, t),
-            canonicalize=_canonicalizer(engine),
+            canonicalize=canonicalizer(engine),
             proofs=proofs,
         )
     replayed = [p for p in proofs if p.replay_s is not None]
@@ -237,7 +237,7 @@ def import_pack(
     )
 
 
-def _prove(
+def prove_entries(
     service: LibraryService,
     reader: PackReader,
     tokens: list[list[int]],
@@ -327,7 +327,7 @@ def _label(e) -> str:
     return repr((e.title or e.question or e.text.strip().splitlines()[0] if e.text.strip() else "")[:60])
 
 
-def _canonicalizer(engine):
+def canonicalizer(engine):
     """For a format 1 pack: zero a raw state's dead window cells in place (engine/compaction.py)."""
 
     def run(buf: bytearray):

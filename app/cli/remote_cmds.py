@@ -1,0 +1,158 @@
+"""The team library: `kvgraft remote add|list|rm`, `kvgraft push`, `kvgraft pull` (docs/remote-format.md)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from kvgraft.app.cli.common import EXIT_INPUT, cli_home, emit_json, engine_options, handle_errors, stage_progress
+from kvgraft.app.cli.keys_cmds import resolve_key
+from kvgraft.app.remote.pull import pull as run_pull
+from kvgraft.app.remote.push import push as run_push
+from kvgraft.app.remote.push import why_not_pushable
+from kvgraft.app.service import LibraryService, open_library
+from kvgraft.library.errors import LibraryError
+from kvgraft.library.remote import RemoteRepo
+from kvgraft.library.remotes import add_remote, get_remote, list_remotes, remove_remote
+
+
+@click.group()
+def remote() -> None:
+    """The S3 remotes this library pushes to and pulls from (credentials: boto3's environment and profiles)."""
+
+
+@remote.command(name="add")
+@click.argument("name")
+@click.argument("url", metavar="s3://BUCKET[/PREFIX]")
+@click.option("--endpoint-url", help="The S3 endpoint when it is not AWS (MinIO, Ceph RGW, R2, SeaweedFS).")
+@click.option("--json", "as_json", is_flag=True, help="Print name, url, bucket, prefix, endpoint_url and reachable.")
+@handle_errors
+def remote_add(name, url, endpoint_url, as_json) -> None:
+    """Name a bucket (and key prefix). The bucket must exist: it is checked, never created."""
+    with open_library(cli_home()) as lib:
+        from kvgraft.library.remote import RemoteSpec, parse_url
+
+        bucket, prefix = parse_url(url)
+        RemoteRepo(RemoteSpec(name, bucket, prefix, endpoint_url)).blobs.check_reachable()  # before it is stored
+        spec = add_remote(lib, name, url, endpoint_url)
+    if as_json:
+        emit_json({**_spec_dict(spec), "reachable": True})
+    else:
+        click.echo(f"added remote {spec.name}: {spec.url}" + (f" at {spec.endpoint_url}" if spec.endpoint_url else ""))
+        click.echo(f"bucket {spec.bucket!r} is reachable with these credentials")
+
+
+@remote.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="Print [{name, url, bucket, prefix, endpoint_url}].")
+@handle_errors
+def remote_list(as_json) -> None:
+    """The remotes this library knows."""
+    with open_library(cli_home()) as lib:
+        specs = list_remotes(lib)
+    if as_json:
+        emit_json([_spec_dict(s) for s in specs])
+    elif not specs:
+        click.echo("no remotes yet: kvgraft remote add NAME s3://BUCKET[/PREFIX] [--endpoint-url URL]")
+    for s in specs if not as_json else []:
+        click.echo(f"{s.name}\t{s.url}" + (f"\t{s.endpoint_url}" if s.endpoint_url else ""))
+
+
+@remote.command(name="rm")
+@click.argument("name")
+@handle_errors
+def remote_rm(name) -> None:
+    """Forget a remote (the bucket and what it holds are left as they are)."""
+    with open_library(cli_home()) as lib:
+        remove_remote(lib, name)
+    click.echo(f"removed remote {name} (nothing in the bucket was touched)")
+
+
+def _spec_dict(s) -> dict:
+    return {"name": s.name, "url": s.url, "bucket": s.bucket, "prefix": s.prefix, "endpoint_url": s.endpoint_url}
+
+
+@click.command()
+@click.argument("name")
+@click.argument("entry_ids", type=int, nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Push every entry that may be pushed (proven knowledge).")
+@click.option("--query", help="Push the entries a full-text search finds.")
+@click.option(
+    "--sign", metavar="KEY", help="Sign each manifest with this key (a name from `kvgraft keys list`, or a file)."
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print pushed, skipped, bytes (and manifests, not_pushable) as JSON."
+)
+@handle_errors
+def push(name, entry_ids, all_, query, sign, as_json) -> None:
+    """Publish proven knowledge to a remote: blobs first, the manifest last, then the index.
+
+    Entries the remote already holds are skipped. Only knowledge is pushed (solutions, documents,
+    prefixes; never conversations, answer-ready or automatic states), and only proven entries:
+    IDs that name anything else are refused; --all and --query leave such entries out and list them.
+    """
+    if sum(bool(x) for x in (entry_ids, query, all_)) != 1:
+        raise click.UsageError("choose the entries: IDs, --query TEXT or --all (exactly one)")
+    key = resolve_key(sign) if sign else None
+    with open_library(cli_home()) as lib:
+        spec = get_remote(lib, name)
+        if all_:
+            entries = lib.entries()
+        elif query:
+            entries = lib.search(query, limit=1_000_000)
+        else:
+            entries = [lib.get(i) for i in entry_ids]
+            bad = [(e.id, why) for e in entries if (why := why_not_pushable(lib, e))]
+            if bad:
+                raise LibraryError("; ".join(f"entry {i}: {why}" for i, why in bad) + "; nothing was pushed")
+        res = run_push(lib, RemoteRepo(spec), entries, sign_key=key, progress=stage_progress("push"))
+    if as_json:
+        emit_json(res.as_dict())
+        return
+    click.echo(
+        f"pushed {res.pushed} entries to {name} ({res.bytes / 1e6:.1f} MB of blobs sent)"
+        + (f", {res.skipped} already there" if res.skipped else "")
+        + (f", {len(res.manifests)} manifests" if res.manifests else "")
+        + (", signed" if key and res.manifests else "")
+    )
+    if res.recovered:
+        click.echo(f"published {len(res.recovered)} manifests a stopped push had left unpublished")
+    for n in res.not_pushable:
+        click.echo(f"left out entry {n['entry']}: {n['reason']}", err=True)
+
+
+@click.command()
+@click.argument("name")
+@click.option("--require-signed", is_flag=True, help="Refuse entries not signed by a key you trust (kvgraft keys).")
+@click.option("--json", "as_json", is_flag=True, help="Print imported, skipped and refused [{entry, reason}] as JSON.")
+@engine_options
+@handle_errors
+def pull(state, name, require_signed, as_json) -> None:
+    """Import a remote's knowledge, proven as `kvgraft import` proves a pack.
+
+    Every object is re-hashed as it is downloaded; entries signed by a key you trust (made under
+    this engine's fingerprint) are taken as signed, every other one is replayed here. A refused
+    entry is named with its reason and the others go on; a broken transfer imports nothing. Exit 0
+    when nothing was refused, 3 otherwise.
+    """
+    with open_library(cli_home()) as lib:
+        spec = get_remote(lib, name)
+        with LibraryService(state.engine(), lib) as service:
+            res = run_pull(service, RemoteRepo(spec), require_signed=require_signed, progress=stage_progress("pull"))
+    if as_json:
+        emit_json(res.as_dict())
+    else:
+        how = ", ".join(f"{n} {p}" for p, n in sorted(res.proof.items()))
+        click.echo(
+            f"pulled {res.imported} entries from {name} ({res.bytes / 1e6:.1f} MB)"
+            + (f" [{how}]" if how else "")
+            + (f", {res.skipped} already here" if res.skipped else "")
+            + (f", {len(res.refused)} refused" if res.refused else "")
+        )
+        for r in res.refused:
+            click.echo(f"refused {r['entry']}: {r['reason']}", err=True)
+    if res.refused:
+        sys.exit(EXIT_INPUT)
+
+
+COMMANDS = [remote, push, pull]

@@ -1,0 +1,1 @@
+"""The team library on S3 storage: push, pull and verify a remote (docs/remote-format.md)."""

@@ -1,0 +1,128 @@
+"""`kvgraft verify --remote NAME`: check a remote in place, with no model loaded.
+
+Every manifest in the bucket (published in the index or not) must hash to its name, parse, and,
+when signed, carry a signature that verifies; every blob a manifest names must be present at its
+declared size and its canonical bytes must hash to its name; every manifest the index publishes
+must exist. Problems fail the check. A manifest the index does not publish yet (a push stopped
+before it published it: the next push does) and a blob no manifest names (a push stopped before
+its manifest) are notes: neither is named by anything a pull reads.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from kvgraft.app.core.progress import Progress, no_progress
+from kvgraft.library import container
+from kvgraft.library.errors import BlobCorrupt, BlobMissing
+from kvgraft.library.manifest import parse_manifest
+from kvgraft.library.pack import PackError
+from kvgraft.library.remote import ManifestMismatch, RemoteRepo
+from kvgraft.library.signing import SigningError, TrustStore, verify_signature
+
+WORKERS = 4
+
+
+@dataclass
+class RemoteCheck:
+    remote: str
+    manifests: int = 0
+    entries: int = 0
+    blobs: int = 0
+    bytes: int = 0
+    signed: dict = field(default_factory=dict)  # key id -> manifests it signed
+    problems: list[dict] = field(default_factory=list)  # [{"object", "problem"}]
+    notes: list[dict] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "remote": self.remote,
+            "manifests": self.manifests,
+            "entries": self.entries,
+            "blobs": self.blobs,
+            "bytes": self.bytes,
+            "signed": self.signed,
+            "problems": self.problems,
+            "notes": self.notes,
+        }
+
+
+def verify_remote(
+    repo: RemoteRepo, trust: TrustStore | None = None, progress: Progress = no_progress, workers: int = WORKERS
+) -> RemoteCheck:
+    out = RemoteCheck(repo.spec.name)
+    index, _ = repo.read_index()
+    in_bucket = set(repo.manifest_shas())
+    for sha in sorted(set(index["manifests"]) - in_bucket):
+        out.problems.append({"object": repo.manifest_key(sha), "problem": "published in the index but absent"})
+    for sha in sorted(in_bucket - set(index["manifests"])):
+        out.notes.append(
+            {"object": repo.manifest_key(sha), "note": "not published in the index yet (the next push publishes it)"}
+        )
+    named: dict[str, tuple[int, int]] = {}  # blob -> (stored size, canonical size)
+    for k, sha in enumerate(sorted(in_bucket)):
+        progress("manifests", k, len(in_bucket))
+        key = repo.manifest_key(sha)
+        try:
+            raw = repo.get_manifest(sha)
+            m = parse_manifest(json.loads(raw))
+        except (ManifestMismatch, BlobMissing, PackError, ValueError, RecursionError) as exc:
+            out.problems.append({"object": key, "problem": str(exc)})
+            continue
+        sig = repo.get_signature(sha)
+        if sig is not None:
+            try:
+                kid = verify_signature(raw, sig).key_id
+                trusted = trust is not None and trust.name_of(kid) is not None
+                out.signed[kid] = out.signed.get(kid, 0) + 1
+                if trusted:
+                    out.notes.append({"object": key, "note": f"signed by {kid} ({trust.name_of(kid)}, trusted here)"})
+            except SigningError as exc:
+                out.problems.append({"object": repo.signature_key(sha), "problem": f"signature does not verify: {exc}"})
+        published = index["manifests"].get(sha)
+        if published is not None and published.get("entries") != len(m.entries):
+            out.problems.append({"object": key, "problem": "the index counts another number of entries"})
+        out.manifests += 1
+        out.entries += len(m.entries)
+        for e in m.entries:
+            named[e.blob_sha256] = (e.blob_stored_size, e.blob_size)
+    progress("manifests", len(in_bucket), len(in_bucket))
+
+    def one(item):
+        sha, (stored, size) = item
+        try:
+            data = repo.blobs.get_stored(sha)
+        except BlobMissing:
+            return sha, "named by a manifest but absent", 0
+        if len(data) != stored:
+            return sha, f"{len(data):,} bytes, the manifest says {stored:,}", len(data)
+        try:
+            container.decode_checked(data, sha, expected_size=size)
+        except BlobCorrupt as exc:
+            return sha, str(exc), len(data)
+        return sha, None, len(data)
+
+    items = sorted(named.items())
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kvgraft-verify") as pool:
+        for k, (sha, why, n) in enumerate(pool.map(one, items)):
+            out.bytes += n
+            if why is not None:
+                out.problems.append({"object": repo.blobs.key(sha), "problem": why})
+            progress("blobs", k + 1, len(items))
+    out.blobs = len(items)
+    unnamed = sorted(set(repo.blobs.iter_shas()) - set(named))
+    if unnamed:
+        out.notes.append(
+            {
+                "object": f"{repo.spec.prefix}blobs/sha256/",
+                "note": f"{len(unnamed)} blobs no manifest names (a stopped push)",
+            }
+        )
+    return out

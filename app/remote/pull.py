@@ -1,0 +1,286 @@
+"""`kvgraft pull`: bring a remote's knowledge into this library, proven as an import proves it.
+
+1. The index names the published manifests; each is fetched and checked against its name, parsed
+   with the pack manifest's parser, and its signature (when there is one) verified.
+2. Entries this library already holds (same text, same state, proven) are skipped: their blobs are
+   not fetched.
+3. Every other blob is downloaded (in parallel) and checked before it is kept: its declared stored
+   size, its container header, and the SHA-256 of its canonical bytes against its name. A blob
+   that is absent or does not hash to its name refuses the entries that name it, saying so. A
+   transfer that breaks (the server gone, a timeout) stops the pull before anything is imported.
+4. Per manifest, each entry is checked as `kvgraft import` checks a pack entry (tokens, state
+   layout, canonical form; app/packs/imports.py) and proven the same way: taken as signed when a
+   key you trust signed a manifest made under this engine's fingerprint, else replayed here. An
+   entry that fails is refused with its reason, the others go on.
+5. Each manifest's accepted entries are committed in one transaction (library/importer.py).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvgraft.app.core.progress import Progress, no_progress
+from kvgraft.app.packs.imports import (
+    canonicalizer,
+    fingerprint_difference,
+    prove_entries,
+    state_size_limit,
+    trusted_name,
+    validate_pack,
+)
+from kvgraft.app.packs.trust import trust_store
+from kvgraft.app.remote.fetched import FetchedPack
+from kvgraft.app.service import LibraryService, model_record
+from kvgraft.library import container
+from kvgraft.library.errors import BlobCorrupt, BlobMissing, LibraryError, StorageFull
+from kvgraft.library.importer import commit_pack
+from kvgraft.library.manifest import Manifest, parse_manifest
+from kvgraft.library.pack import PackError
+from kvgraft.library.remote import ManifestMismatch, RemoteRepo
+from kvgraft.library.signing import SigningError, verify_signature
+
+WORKERS = 4
+
+
+@dataclass
+class PullResult:
+    imported: int = 0
+    skipped: int = 0
+    refused: list[dict] = field(default_factory=list)  # [{"entry", "reason"}]
+    manifests: int = 0
+    bytes: int = 0  # blob bytes downloaded
+    proof: dict = field(default_factory=dict)  # imported entries by proof (replayed, signed:<name>)
+
+    def as_dict(self) -> dict:
+        return {
+            "imported": self.imported,
+            "skipped": self.skipped,
+            "refused": self.refused,
+            "manifests": self.manifests,
+            "bytes": self.bytes,
+            "proof": self.proof,
+        }
+
+
+@dataclass
+class _Fetched:
+    sha: str
+    manifest: Manifest
+    signer: object
+    signature_error: str | None
+
+
+def _entry_name(msha: str, i: int, e) -> str:
+    label = (e.title or e.question or e.text.strip().split("\n", 1)[0])[:60]
+    return f"{msha[:12]}#{i} {label!r}"
+
+
+def pull(
+    service: LibraryService,
+    repo: RemoteRepo,
+    require_signed: bool = False,
+    progress: Progress = no_progress,
+    workers: int = WORKERS,
+) -> PullResult:
+    engine, lib = service.engine, service.library
+    res = PullResult()
+    trust = trust_store(lib.root)
+    index, _ = repo.read_index()
+    fetched = []
+    names = sorted(index["manifests"])
+    for k, msha in enumerate(names):
+        progress("manifests", k, len(names))
+        try:
+            raw = repo.get_manifest(msha)
+            m = parse_manifest(json.loads(raw))
+        except (ManifestMismatch, BlobMissing, PackError, ValueError, RecursionError) as exc:
+            res.refused.append({"entry": f"{msha[:12]} (the whole manifest)", "reason": str(exc)})
+            continue
+        sig = repo.get_signature(msha)
+        signer, why = None, "unsigned"
+        if sig is not None:
+            try:
+                signer, why = verify_signature(raw, sig), None
+            except SigningError as exc:
+                res.refused.append({"entry": f"{msha[:12]} (the whole manifest)", "reason": f"signature: {exc}"})
+                continue
+        fetched.append(_Fetched(msha, m, signer, why))
+    progress("manifests", len(names), len(names))
+    res.manifests = len(fetched)
+
+    # what to fetch: entries this library lacks, of manifests this engine can take
+    wanted: dict[str, list[int]] = {}  # manifest sha -> entry positions
+    blobs: dict[str, int] = {}  # blob sha -> declared stored size
+    for f in fetched:
+        m = f.manifest
+        why = _refusal(engine, m, f.signer, trust, require_signed)
+        for i, e in enumerate(m.entries):
+            here = lib.find_same(e.tokens_sha256, engine.fingerprint, e.kind, e.question, e.answer)
+            if here is not None and here.proven and here.damaged is None and here.blob_sha256 == e.blob_sha256:
+                res.skipped += 1
+            elif why is not None:
+                res.refused.append({"entry": _entry_name(f.sha, i, e), "reason": why})
+            else:
+                wanted.setdefault(f.sha, []).append(i)
+                blobs[e.blob_sha256] = e.blob_stored_size
+    if not wanted:
+        return res
+
+    tmp = lib.root / "tmp" / f"pull-{secrets.token_hex(6)}"
+    tmp.mkdir(parents=True)
+    try:
+        files, bad, res.bytes = _download(repo, blobs, tmp, state_size_limit(engine), progress, workers)
+        free = shutil.disk_usage(lib.root).free
+        need = sum(p.stat().st_size for s, p in files.items() if not lib.blobs.exists(s))
+        if need > free:
+            raise StorageFull(f"the pull needs {need / 1e6:,.0f} MB and the disk has {free / 1e6:,.0f} MB free")
+        by_sha = {f.sha: f for f in fetched}
+        for n, (msha, positions) in enumerate(wanted.items()):
+            progress("importing", n, len(wanted))
+            f = by_sha[msha]
+            ok = []
+            for i in positions:
+                e = f.manifest.entries[i]
+                if e.blob_sha256 in bad:
+                    res.refused.append({"entry": _entry_name(msha, i, e), "reason": bad[e.blob_sha256]})
+                else:
+                    ok.append(i)
+            _import_manifest(service, f, ok, files, trust, repo.spec.name, res, progress)
+        progress("importing", len(wanted), len(wanted))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return res
+
+
+def _refusal(engine, m: Manifest, signer, trust, require_signed: bool) -> str | None:
+    """Why every entry of a manifest is refused here, or None."""
+    if m.model_sha256 != engine.model.info.sha256:
+        return (
+            f"made for model {m.model_name} ({m.model_sha256[:12]}...), the loaded model is "
+            f"{engine.model.info.name} ({engine.model.info.sha256[:12]}...)"
+        )
+    if m.format_version < 3 or m.fingerprint != engine.fingerprint:
+        theirs = m.raw.get("engine")
+        return (
+            f"made under engine fingerprint {m.fingerprint[:12]}..., this engine is {engine.fingerprint[:12]}... "
+            f"({fingerprint_difference(theirs, engine.fingerprint_info)}); its states are not this engine's bits"
+        )
+    if require_signed:
+        if signer is None:
+            return "not signed; --require-signed refuses it"
+        if not trust.trusts(signer):
+            return f"signed by key {signer.key_id}, which is not in your trusted keys (kvgraft keys trust PUBLIC_KEY)"
+    return None
+
+
+def _download(repo: RemoteRepo, blobs: dict[str, int], tmp: Path, max_size: int, progress: Progress, workers: int):
+    """Fetch and check each blob into `tmp`: ({sha: file}, {sha: why refused}, bytes fetched). A
+    transport failure (RemoteError) stops the pull: nothing has been imported yet."""
+
+    def one(item):
+        sha, declared = item
+        try:
+            data = repo.blobs.get_stored(sha)
+        except BlobMissing:
+            return sha, None, f"blob {sha[:16]}... is named by its manifest but missing from the remote", 0
+        if len(data) != declared:
+            return (
+                sha,
+                None,
+                f"blob {sha[:16]}... is {len(data):,} bytes on the remote, its manifest says {declared:,}",
+                len(data),
+            )
+        try:
+            container.decode_checked(data, sha, max_size=max_size)
+        except BlobCorrupt as exc:
+            return sha, None, f"blob {sha[:16]}... on the remote: {exc}", len(data)
+        path = tmp / sha
+        path.write_bytes(data)
+        return sha, path, None, len(data)
+
+    files, bad, total = {}, {}, 0
+    items = sorted(blobs.items())
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kvgraft-pull") as pool:
+        futures = [pool.submit(one, item) for item in items]
+        try:
+            for k, fut in enumerate(futures):
+                sha, path, why, n = fut.result()
+                total += n
+                if why is None:
+                    files[sha] = path
+                else:
+                    bad[sha] = why
+                progress("download", k + 1, len(items))
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+    return files, bad, total
+
+
+def _import_manifest(
+    service: LibraryService,
+    f: _Fetched,
+    positions: list[int],
+    files: dict[str, Path],
+    trust,
+    remote_name: str,
+    res: PullResult,
+    progress: Progress,
+) -> None:
+    """Check, prove and commit one manifest's entries at `positions`; refusals are recorded per entry."""
+    engine = service.engine
+    reader = FetchedPack(
+        f"remote {remote_name}: manifests/{f.sha[:12]}", f.manifest, files, f.signer, f.signature_error
+    )
+    reader.max_blob_size = state_size_limit(engine)
+    good, tokens, address = [], [], {}
+    for i in positions:  # each entry checked alone, so one bad entry refuses only itself
+        one = reader.subset([i])
+        try:
+            t, a = validate_pack(service, one)
+        except (PackError, LibraryError) as exc:
+            res.refused.append({"entry": _entry_name(f.sha, i, f.manifest.entries[i]), "reason": str(exc)})
+            continue
+        good.append(i)
+        tokens += t
+        address.update(a)
+    if not good:
+        return
+    sub = reader.subset(good)
+    signer_name = trusted_name(sub, trust)
+    try:
+        proofs = prove_entries(service, sub, tokens, address, signer_name, True, progress)
+    except PackError:  # a replay that did not reproduce a state: find which, prove the others
+        keep, proofs = [], []
+        for k, i in enumerate(good):
+            one = reader.subset([i])
+            try:
+                proofs += prove_entries(service, one, [tokens[k]], address, signer_name, True, progress)
+                keep.append(k)
+            except PackError as exc:
+                res.refused.append({"entry": _entry_name(f.sha, i, f.manifest.entries[i]), "reason": str(exc)})
+        good, tokens = [good[k] for k in keep], [tokens[k] for k in keep]
+        if not good:
+            return
+        sub = reader.subset(good)
+    done = commit_pack(
+        service.library,
+        sub,
+        tokens,
+        f.sha,
+        model_record(engine),
+        signer=f.signer.key_id if f.signer else None,
+        canonicalize=canonicalizer(engine),
+        proofs=proofs,
+    )
+    res.imported += done["imported"]
+    res.skipped += done["skipped"]
+    for p in proofs:
+        if p.existing_id is None:
+            res.proof[p.proof] = res.proof.get(p.proof, 0) + 1
