@@ -106,9 +106,22 @@ class BlobStore(ObjectStore):
             raise LibraryError(f"blob {digest[:16]}...: {exc}") from exc
         parts = container.pieces(view, c)
         chunks = _digest_pieces(parts)
+        return self._store(digest, parts, len(view), c.stored_size, chunks)
+
+    def put_container(self, sha256: str, stored: bytes, size: int, chunks: bytes | None = None) -> "StoredBlob":
+        """Store a container exactly as given: one write, one pass of chunk digests (none when the
+        caller computed `chunks` from these very bytes). The caller has checked that it decodes to
+        canonical bytes hashing to `sha256` (`size` of them) and that its elided ranges are the ones
+        `put` would write (so both give the same file)."""
+        check_sha(sha256)
+        view = memoryview(stored).cast("B")
+        return self._store(sha256, [view], size, len(view), chunks if chunks is not None else chunk_digests(view))
+
+    def _store(self, digest: str, parts: list, size: int, stored_size: int, chunks: bytes) -> "StoredBlob":
+        """Write `parts` (the stored bytes) as the blob `digest`, unless an intact copy is there."""
         final = self.path(digest)
         if final.is_file() and (kept := self._intact_copy(digest, chunks)) is not None:
-            return StoredBlob(digest, False, len(view), *kept)
+            return StoredBlob(digest, False, size, *kept)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = final.parent / f".tmp-{digest}-{os.getpid()}-{secrets.token_hex(4)}"
         try:
@@ -123,10 +136,10 @@ class BlobStore(ObjectStore):
             tmp.unlink(missing_ok=True)
             if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise StorageFull(
-                    f"disk full while writing blob {digest[:16]}... ({c.stored_size:,} bytes); nothing was stored"
+                    f"disk full while writing blob {digest[:16]}... ({stored_size:,} bytes); nothing was stored"
                 ) from exc
             raise LibraryError(f"could not write blob {digest[:16]}...: {exc.strerror or exc}") from exc
-        return StoredBlob(digest, True, len(view), c.stored_size, chunks)
+        return StoredBlob(digest, True, size, stored_size, chunks)
 
     def _intact_copy(self, sha256: str, chunks: bytes) -> tuple[int, bytes] | None:
         """(stored size, chunk digests) of the stored file when it holds the blob intact, from one
@@ -241,9 +254,9 @@ class BlobStore(ObjectStore):
             raise unreadable(sha256, exc) from exc
 
     def add_stored(self, sha256: str, data: bytes) -> bool:
-        """Store a container as it is (decoded and checked here first; `put` keeps an intact copy)."""
-        canonical, ranges = container.decode_checked(data, sha256)
-        return self.put(canonical, sha256, trusted=True, elide=ranges).written
+        """Store a container as it is, once it decodes to bytes hashing to its address."""
+        canonical, _ = container.decode_checked(data, sha256)
+        return self.put_container(sha256, data, len(canonical)).written
 
     def iter_shas(self) -> Iterator[str]:
         return self.iter_blobs()

@@ -61,16 +61,13 @@ def normalize_ranges(ranges, size: int) -> np.ndarray:
     ends = arr[:, 0] + arr[:, 1]
     if int(ends.max()) > size:
         raise ValueError(f"an elided range ends at {int(ends.max()):,}, past the blob's {size:,} bytes")
-    out = []
-    start, end = int(arr[0, 0]), int(ends[0])
-    for s, e in zip(arr[1:, 0].tolist(), ends[1:].tolist(), strict=True):
-        if s <= end:
-            end = max(end, e)
-        else:
-            out.append((start, end - start))
-            start, end = s, e
-    out.append((start, end - start))
-    return np.asarray(out, dtype=np.uint64).reshape(-1, 2)
+    # a range starts a new run unless it begins at or before the furthest end so far (touching merges)
+    reach = np.maximum.accumulate(ends)
+    first = np.ones(len(arr), dtype=bool)
+    first[1:] = arr[1:, 0] > reach[:-1]
+    at = np.flatnonzero(first)
+    starts, run_ends = arr[at, 0], np.maximum.reduceat(ends, at)
+    return np.stack([starts, run_ends - starts], axis=1).astype(np.uint64).reshape(-1, 2)
 
 
 @dataclass(frozen=True)

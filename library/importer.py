@@ -22,6 +22,9 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import numpy as np
+
+from . import container
 from .entry_writes import PRESENT, entry_row
 from .errors import LibraryError
 from .library import Library, now
@@ -72,14 +75,18 @@ def commit_pack(
     with staged(lib) as staging:
         address = {}
         for k, sha in enumerate(shas):
-            data, ranges = reader.read_blob_ranges(sha)  # checked against its SHA-256 again as it is read
-            new = sha
+            stored, data, ranges = reader.read_blob_stored(sha)  # checked against its SHA-256 as it is read
+            new, as_is = sha, None
             if canonicalize is not None:  # the ranges stored are the model's dead cells, never the pack's own
                 data = data if isinstance(data, bytearray) else bytearray(data)
-                ranges = canonicalize(data)  # a format 2 blob is already canonical (app/packs/imports.py checked)
+                dead = canonicalize(data)  # a format 2 blob is already canonical (app/packs/imports.py checked)
                 if not reader.compact:
                     new = hashlib.sha256(data).hexdigest()
-            staging.put(data, new, elide=ranges, replaces=sha)  # an intact copy is not written again
+                elif ranges is not None and np.array_equal(container.normalize_ranges(dead, len(data)), ranges):
+                    as_is = stored  # the member elides exactly the dead cells: written as it came, one pass
+                ranges = dead
+            chunks = reader.stored_chunks(sha) if as_is is not None and hasattr(reader, "stored_chunks") else None
+            staging.put(data, new, elide=ranges, replaces=sha, container=as_is, chunks=chunks)  # intact: not rewritten
             address[sha] = new
             if on_progress:
                 on_progress(k + 1, len(shas))

@@ -205,7 +205,11 @@ class PackReader:
 
     def read_blob_ranges(self, sha256: str):
         """(canonical bytes, elided ranges) of a blob, checked; ranges are None in a format 1 pack."""
-        data = self._read_member(sha256)
+        return self.read_blob_stored(sha256)[1:]
+
+    def read_blob_stored(self, sha256: str):
+        """(the member's bytes, canonical bytes, elided ranges) of a blob, checked."""
+        data = stored = self._read_member(sha256)
         ranges = None
         if self.compact:
             try:
@@ -224,7 +228,7 @@ class PackReader:
             data, ranges = container.decode(data, c), c.ranges
         if hashlib.sha256(data).hexdigest() != sha256:
             raise _fail(f"blob {sha256[:16]}... does not match its SHA-256 (damaged or tampered)")
-        return data, ranges
+        return stored, data, ranges
 
     def _read_member(self, sha256: str) -> bytes:
         info = self.members.get(f"blobs/{sha256}")

@@ -28,11 +28,24 @@ class BlobStaging:
         self.stored: list[StoredBlob] = []
         self.aliases: list[tuple[str, str]] = []  # (old address, new address)
 
-    def put(self, data, sha: str, elide=None, replaces: str | None = None) -> StoredBlob:
+    def put(
+        self,
+        data,
+        sha: str,
+        elide=None,
+        replaces: str | None = None,
+        container: bytes | None = None,
+        chunks: bytes | None = None,
+    ) -> StoredBlob:
         """Steps 1 and 2 for one blob (`data` hashes to `sha`, checked by the caller). `replaces`: the
-        address it had before compaction, recorded as an alias in the commit."""
+        address it had before compaction, recorded as an alias in the commit. `container`: the blob
+        already as a compact container eliding exactly `elide` (checked by the caller): written as is,
+        with its chunk digests when the caller has them."""
         self.pending += self.lib.mark_pending([sha])
-        stored = self.lib.blobs.put(data, sha, trusted=True, elide=elide)
+        if container is not None:
+            stored = self.lib.blobs.put_container(sha, container, len(data), chunks)
+        else:
+            stored = self.lib.blobs.put(data, sha, trusted=True, elide=elide)
         self.stored.append(stored)
         if replaces is not None and replaces != sha:
             self.aliases.append((replaces, sha))

@@ -2,20 +2,33 @@
 `PackReader` interface), so that a pull proves and commits its entries with the import's own code
 (app/packs/imports.py, library/importer.py): the same checks, the same proof rules, one transaction.
 
-Blobs were checked against their addresses as they were downloaded (app/remote/pull.py) and are
-checked again here as they are read: a temp file changed in between is refused, not imported.
+Blobs were checked against their addresses as they were downloaded (app/remote/pull.py); those
+spilled to temp files are checked again as they are read: a file changed in between is refused.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from kvgraft.library import container
 from kvgraft.library.errors import BlobCorrupt
 from kvgraft.library.manifest import Manifest
 from kvgraft.library.pack import PackError
 from kvgraft.library.signing import Signer
+
+
+@dataclass(frozen=True)
+class Held:
+    """A downloaded blob checked against its address: the container and its canonical bytes."""
+
+    stored: bytes
+    canonical: bytearray
+    ranges: np.ndarray
+    chunks: bytes  # SHA-256 of each 2 MiB chunk of `stored` (what the library's index keeps)
 
 
 class FetchedPack:
@@ -25,7 +38,7 @@ class FetchedPack:
         self,
         label: str,
         manifest: Manifest,
-        blob_files: dict[str, Path],
+        blob_files: dict[str, "Held | Path"],  # checked blobs: in memory, or spilled to a temp file
         signer: Signer | None,
         signature_error: str | None,
         indices: list[int] | None = None,
@@ -59,18 +72,30 @@ class FetchedPack:
     def blob_shas(self) -> list[str]:
         return sorted({e.blob_sha256 for e in self.manifest.entries})
 
-    def stored_size(self, sha256: str) -> int:
-        return self.blob_files[sha256].stat().st_size
+    def stored_chunks(self, sha256: str) -> bytes | None:
+        """The chunk digests of a container held in memory, computed on a download thread."""
+        held = self.blob_files.get(sha256)
+        return held.chunks if isinstance(held, Held) else None
 
     def read_blob(self, sha256: str):
-        return self.read_blob_ranges(sha256)[0]
+        return self.read_blob_stored(sha256)[1]
 
     def read_blob_ranges(self, sha256: str):
-        path = self.blob_files.get(sha256)
-        if path is None:
+        return self.read_blob_stored(sha256)[1:]
+
+    def read_blob_stored(self, sha256: str):
+        """(container, canonical bytes, elided ranges). A blob held in memory was decoded and
+        checked as it was downloaded (its canonical bytes are handed out as they are); one spilled
+        to a temp file is checked again as it is read back."""
+        held = self.blob_files.get(sha256)
+        if held is None:
             raise PackError(f"blob {sha256[:16]}... was not downloaded")
+        if isinstance(held, Held):
+            return held.stored, held.canonical, held.ranges
         try:
-            return container.decode_checked(path.read_bytes(), sha256, self._sizes.get(sha256), self.max_blob_size)
+            stored = held.read_bytes()
+            data, ranges = container.decode_checked(stored, sha256, self._sizes.get(sha256), self.max_blob_size)
+            return stored, data, ranges
         except BlobCorrupt as exc:
             raise PackError(str(exc)) from exc
         except OSError as exc:

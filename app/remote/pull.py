@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import secrets
 import shutil
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,9 +35,10 @@ from kvgraft.app.packs.imports import (
     validate_pack,
 )
 from kvgraft.app.packs.trust import trust_store
-from kvgraft.app.remote.fetched import FetchedPack
+from kvgraft.app.remote.fetched import FetchedPack, Held
 from kvgraft.app.service import LibraryService, model_record
 from kvgraft.library import container
+from kvgraft.library.blobstore import chunk_digests
 from kvgraft.library.errors import BlobCorrupt, BlobMissing, LibraryError, StorageFull
 from kvgraft.library.importer import commit_pack
 from kvgraft.library.manifest import Manifest, parse_manifest
@@ -45,6 +47,7 @@ from kvgraft.library.remote import ManifestMismatch, RemoteRepo
 from kvgraft.library.signing import SigningError, verify_signature
 
 WORKERS = 4
+MEMORY_BUDGET = 1 << 30  # checked blob bytes a pull holds in memory; the rest wait in temp files
 
 
 @dataclass
@@ -136,7 +139,7 @@ def pull(
     try:
         files, bad, res.bytes = _download(repo, blobs, tmp, state_size_limit(engine), progress, workers)
         free = shutil.disk_usage(lib.root).free
-        need = sum(p.stat().st_size for s, p in files.items() if not lib.blobs.exists(s))
+        need = sum(_size(p) for s, p in files.items() if not lib.blobs.exists(s))
         if need > free:
             raise StorageFull(f"the pull needs {need / 1e6:,.0f} MB and the disk has {free / 1e6:,.0f} MB free")
         by_sha = {f.sha: f for f in fetched}
@@ -155,6 +158,10 @@ def pull(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return res
+
+
+def _size(held) -> int:
+    return len(held.stored) if isinstance(held, Held) else held.stat().st_size
 
 
 def _refusal(engine, m: Manifest, signer, trust, require_signed: bool) -> str | None:
@@ -182,6 +189,8 @@ def _download(repo: RemoteRepo, blobs: dict[str, int], tmp: Path, max_size: int,
     """Fetch and check each blob into `tmp`: ({sha: file}, {sha: why refused}, bytes fetched). A
     transport failure (RemoteError) stops the pull: nothing has been imported yet."""
 
+    budget, budget_lock = [MEMORY_BUDGET], threading.Lock()
+
     def one(item):
         sha, declared = item
         try:
@@ -196,10 +205,15 @@ def _download(repo: RemoteRepo, blobs: dict[str, int], tmp: Path, max_size: int,
                 len(data),
             )
         try:
-            container.decode_checked(data, sha, max_size=max_size)
+            canonical, ranges = container.decode_checked(data, sha, max_size=max_size)
         except BlobCorrupt as exc:
             return sha, None, f"blob {sha[:16]}... on the remote: {exc}", len(data)
-        path = tmp / sha
+        with budget_lock:
+            keep = budget[0] >= len(data) + len(canonical)
+            budget[0] -= len(data) + len(canonical) if keep else 0
+        if keep:  # checked bytes held in memory until they are committed
+            return sha, Held(data, canonical, ranges, chunk_digests(data)), None, len(data)
+        path = tmp / sha  # past the memory budget: spilled, and checked again when read back
         path.write_bytes(data)
         return sha, path, None, len(data)
 
@@ -227,7 +241,7 @@ def _import_manifest(
     service: LibraryService,
     f: _Fetched,
     positions: list[int],
-    files: dict[str, Path],
+    files: dict[str, Held | Path],
     trust,
     remote_name: str,
     res: PullResult,
