@@ -35,3 +35,9 @@ class LibraryView:
 
     def stats(self, n_ctx: int) -> dict:
         return self.library.stats(n_ctx=n_ctx)
+
+    def remotes(self) -> list[dict]:
+        """The remotes this library knows (app/remote/manage.py's shape)."""
+        from kvgraft.app.remote.manage import remotes
+
+        return remotes(self.library)

@@ -245,7 +245,10 @@ class BlobStore(ObjectStore):
     def stored_size(self, sha256: str) -> int | None:
         return self.size(sha256)
 
-    def get_stored(self, sha256: str) -> bytes:
+    def get_stored(self, sha256: str, limit: int | None = None) -> bytes:
+        size = self.size(sha256)
+        if limit is not None and size is not None and size > limit:
+            raise BlobCorrupt(f"blob {sha256[:16]}... is {size:,} bytes, more than the {limit:,} declared")
         try:
             return self.stored_bytes(sha256)
         except FileNotFoundError as exc:

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterator
 
-from .errors import BlobMissing, RemoteConflict, RemoteError
+from .errors import BlobCorrupt, BlobMissing, RemoteConflict, RemoteError
 from .stores import ObjectStore
 
 INDEX_KIND = "kvgraft-remote-index"
@@ -169,8 +169,10 @@ class S3BlobStore(ObjectStore):
     def contains(self, sha256: str) -> bool:
         return self.stored_size(sha256) is not None
 
-    def get_stored(self, sha256: str) -> bytes:
-        return self.get_key(self.key(sha256), what=f"blob {sha256}")
+    def get_stored(self, sha256: str, limit: int | None = None) -> bytes:
+        """The container as stored; BlobMissing when absent, BlobCorrupt when it is larger than
+        `limit` (what its manifest declares: nothing larger is read)."""
+        return self.get_key(self.key(sha256), what=f"blob {sha256[:16]}...", limit=limit)
 
     def add_stored(self, sha256: str, data: bytes) -> bool:
         return self.put_once(self.key(sha256), data)
@@ -186,10 +188,12 @@ class S3BlobStore(ObjectStore):
     def get_key(self, key: str, what: str | None = None, limit: int | None = None) -> bytes:
         try:
             resp = self._call(self.client.get_object, Key=key)
-            if limit is not None and int(resp.get("ContentLength", 0)) > limit:
-                raise RemoteError(f"{what or key} is {resp['ContentLength']:,} bytes, more than {limit:,}")
+            size = int(resp.get("ContentLength", 0))
+            if limit is not None and size > limit:
+                resp["Body"].close()
+                raise BlobCorrupt(f"{what or key} is {size:,} bytes on the remote, more than the {limit:,} declared")
             return resp["Body"].read()
-        except RemoteError:
+        except (RemoteError, BlobCorrupt):
             raise
         except Exception as exc:
             if _is_missing(exc):

@@ -27,8 +27,9 @@ class ObjectStore(ABC):
         """The container's size as stored, None when absent."""
 
     @abstractmethod
-    def get_stored(self, sha256: str) -> bytes:
-        """The container exactly as stored, unchecked. Raises BlobMissing when absent."""
+    def get_stored(self, sha256: str, limit: int | None = None) -> bytes:
+        """The container exactly as stored, unchecked. Raises BlobMissing when absent, BlobCorrupt when
+        it is larger than `limit` (nothing larger is read)."""
 
     @abstractmethod
     def add_stored(self, sha256: str, data: bytes) -> bool:

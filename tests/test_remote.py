@@ -327,9 +327,9 @@ def test_server_stopped_mid_pull(team, s3_env, engine, tmp_path):
         repo = RemoteRepo(spec)
         fetch = repo.blobs.get_stored
 
-        def dies_first(sha):
+        def dies_first(sha, limit=None):
             own.kill()
-            return fetch(sha)
+            return fetch(sha, limit)
 
         repo.blobs.get_stored = dies_first
         with Library(home) as lib, LibraryService(engine, lib) as svc, pytest.raises(RemoteError, match="cannot reach"):
@@ -372,3 +372,24 @@ def test_wrong_endpoint_credentials_and_names(s3_env, monkeypatch, tmp_path):
     assert r.exit_code == 3 and "no remote named 'nope'" in r.stderr
     assert kv(home, "remote", "rm", "x").exit_code == 0
     assert json.loads(kv(home, "remote", "list", "--json").stdout) == []
+
+
+def test_a_cancelled_pull_imports_nothing(team, s3_env, engine, tmp_path):
+    """Cancel (the window's button raises Cancelled from the progress callback) while blobs download:
+    nothing imported, no temp files left; the next pull completes."""
+    from kvgraft.engine.errors import Cancelled
+
+    spec = RemoteSpec("t8", new_bucket(s3_env), "team/", s3_env.endpoint)
+    with Library(team.home) as lib:
+        assert push(lib, RemoteRepo(spec), [lib.get(i) for i in team.ids[:2]]).pushed == 2
+
+    def cancel_on_download(stage, done, total):
+        if stage == "download":
+            raise Cancelled("cancelled")
+
+    home = tmp_path / "bob"
+    with Library(home) as lib, LibraryService(engine, lib) as svc:
+        with pytest.raises(Cancelled):
+            pull(svc, RemoteRepo(spec), progress=cancel_on_download)
+        assert library_state(home) == (0, [], 0) and not list((home / "tmp").glob("pull-*"))
+        assert pull(svc, RemoteRepo(spec)).imported == 2

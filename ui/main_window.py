@@ -19,7 +19,6 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
     QMainWindow,
-    QMessageBox,
     QProgressBar,
     QPushButton,
     QTabWidget,
@@ -34,16 +33,17 @@ from .answer_panel import AnswerPanel
 from .chat_panel import ChatPanel
 from .library_panel import LibraryPanel
 from .model_picker import ModelPicker, models_dir
+from .remote_panel import RemotePanel
 from .server_panel import ServerPanel
 from .settings_dialog import SettingsDialog, load_settings, save_settings
-from .summaries import import_summary, verify_summary
 from .window_files import WindowFiles
+from .window_messages import WindowMessages
 from .worker import EngineWorker, WorkerClient
 
 ICON = Path(kvgraft.__file__).resolve().parent / "kvgraft.svg"  # package data of kvgraft (packaging/kvgraft)
 
 
-class MainWindow(WindowFiles, QMainWindow):  # the mixin first: its dropEvent overrides Qt's
+class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first: their events override Qt's
     def __init__(self, qsettings: QSettings | None = None, engine=None) -> None:
         super().__init__()
         self.qsettings = qsettings or QSettings("kvgraft", "kvgraft")
@@ -77,6 +77,9 @@ class MainWindow(WindowFiles, QMainWindow):  # the mixin first: its dropEvent ov
         self.server.start_requested.connect(lambda opts: self.client.request_op.emit("server_start", [opts]))
         self.server.stop_requested.connect(lambda: self.client.request_op.emit("server_stop", []))
         tabs.addTab(self.server, "Server")
+        self.remote = RemotePanel(self.selected_ids)
+        self.remote.op_requested.connect(lambda op, args: self.client.request_op.emit(op, args))
+        tabs.addTab(self.remote, "Remote")
         self.tabs = tabs
         self.model_picker = ModelPicker()
         self.model_picker.populate(self.settings.model, models_dir(self.view.library.root))
@@ -168,6 +171,7 @@ class MainWindow(WindowFiles, QMainWindow):  # the mixin first: its dropEvent ov
         w.collected.connect(self._on_collected)
         w.server_state.connect(self.server.on_state)
         w.server_log.connect(self.server.on_request)
+        w.remote_done.connect(self._on_remote_done)
         self.client.request_start.emit()
 
     def stop_worker(self) -> bool:
@@ -182,28 +186,6 @@ class MainWindow(WindowFiles, QMainWindow):  # the mixin first: its dropEvent ov
         self.stop_worker()  # the server started from the window stops with it (ui/worker_ops.py)
         self.view.close()
         super().closeEvent(event)
-
-    # -- messages -----------------------------------------------------------------------------
-    def notify(self, title: str, text: str, error: bool = False) -> None:
-        """Show a message (tests replace `show_message` to keep dialogs from blocking)."""
-        self.messages.append((title, text))
-        self.show_message(title, text, error)
-
-    def show_message(self, title: str, text: str, error: bool) -> None:
-        box = QMessageBox.warning if error else QMessageBox.information
-        box(self, title, text)
-
-    def about_text(self) -> str:
-        info = self.engine_info
-        engine = (
-            f"model {info['model']}\nengine fingerprint {info['fingerprint']}\nbackend {info['backend']}"
-            if info
-            else "model: not loaded"
-        )
-        return f"kvgraft {kvgraft.__version__}\n{engine}\ndata dir {self.view.library.root}"
-
-    def show_about(self) -> None:
-        self.notify("About kvgraft", self.about_text())
 
     # -- slots ----------------------------------------------------------------------------------
     def _on_ready(self, info: dict) -> None:
@@ -224,42 +206,9 @@ class MainWindow(WindowFiles, QMainWindow):  # the mixin first: its dropEvent ov
         if not self.engine_info:
             self.model_label.setText(message)
 
-    def _on_deposited(self, d: dict) -> None:
-        self.notify("Deposited", f"Entry #{d['id']}: {d['tokens']:,} tokens, blob {d['blob_sha256'][:16]}...")
-
-    def _on_exported(self, d: dict) -> None:
-        self.notify("Exported", f"{d['file']}: {d['entries']} entries, {d['bytes'] / 1e6:.1f} MB")
-
-    def _on_repaired(self, r: dict) -> None:
-        self.notify("Check and repair", "\n".join(r["lines"]), error=not r["ok"])
-
-    def _on_removed(self, r: dict) -> None:
-        self.notify("Deleted", f"{r['entries']} entries removed; disk given back: {r['removed_bytes']:,} bytes")
-
-    def _on_collected(self, r: dict) -> None:
-        self.notify(
-            "Give back disk",
-            f"{r['removed_bytes']:,} bytes given back: {r['removed_blobs']} blobs, {r['removed_sessions']} old "
-            f"thread states, {r['removed_temp_files']} leftover files",
-        )
-
     def _on_chat_changed(self, thread_id: int) -> None:
         if not self._closed:
             self.chat.on_changed(thread_id)
-
-    def _on_turn_checked(self, r: dict) -> None:
-        if self._closed:
-            return
-        self.chat.refresh()
-        self.notify(
-            "Check this turn",
-            f"thread #{r['thread']} turn {r['turn']}: "
-            + ("exact" if r["exact"] else "NOT exact")
-            + f" (logits before the reply {'equal' if r['logits_equal'] else 'differ'}; stored state "
-            + {True: "byte-equal", False: "differs", None: "removed by gc"}[r["state_equal"]]
-            + f"; a replay of {r['tokens']:,} tokens in a new context took {r['replay_ms']:,.0f} ms)",
-            error=not r["exact"],
-        )
 
     def repair_library(self) -> None:
         """Check every blob and index row; compact old blobs, reclaim leftovers (kvgraft fsck --repair)."""
@@ -274,6 +223,7 @@ class MainWindow(WindowFiles, QMainWindow):  # the mixin first: its dropEvent ov
         self.cancel_button.setVisible(busy)
         self.ask_button.setEnabled(not busy and bool(self.engine_info))
         self.chat.set_busy(busy)
+        self.remote.set_busy(busy)
         if busy:
             self.progress.setRange(0, 0)
             self.progress.setFormat("")
@@ -290,17 +240,13 @@ class MainWindow(WindowFiles, QMainWindow):  # the mixin first: its dropEvent ov
     def _on_answered(self, r: dict) -> None:
         self.answer_panel.show_answer(r)
 
-    def _on_imported(self, s: dict) -> None:
-        self.notify("Import", import_summary(s), error=bool(s["refused"]))
-
-    def _on_verified(self, out: dict) -> None:
-        self.notify("Verify", verify_summary(out), error=not out["ok"])
-
     def _on_failed(self, op: str, message: str) -> None:
         if op in ("chat", "regenerate"):
             self.chat.on_failed()
         if op == "server":
             self.server.on_failed(message)
+        if op == "remote":
+            self.remote.on_failed(message)
         if op == "start":
             self.model_label.setText("model: not loaded")
             if self._last_good is not None:  # a start never stays broken by a setting: back to what loaded
@@ -404,6 +350,7 @@ class MainWindow(WindowFiles, QMainWindow):  # the mixin first: its dropEvent ov
             return
         rows = self.view.rows(self.engine_info.get("fingerprint"), self.search.text())
         self.library_panel.set_rows(rows)
+        self.remote.on_remotes(self.view.remotes())
         stats = self.view.stats(self.settings.n_ctx)
         # the entries the table lists (answer-ready states and thread states are not knowledge entries)
         listed = stats["entries"] - sum(stats["by_kind"].get(k, 0) for k in ("answer", "session", "cache"))

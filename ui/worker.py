@@ -31,12 +31,13 @@ from kvgraft.app.packs.export import export_pack
 from kvgraft.app.service import LibraryService, open_library
 from kvgraft.app.verify.batch import verify_targets
 
+from .remote_ops import RemoteOps
 from .worker_ops import WorkerOps
 
 log = logging.getLogger(__name__)
 
 
-class EngineWorker(QObject, WorkerOps):
+class EngineWorker(QObject, WorkerOps, RemoteOps):
     ready = Signal(dict)  # model name, backend, fingerprint, n_ctx
     status = Signal(str)
     progress = Signal(str, int, int)  # stage, done, total
@@ -60,6 +61,7 @@ class EngineWorker(QObject, WorkerOps):
     server_state = Signal(dict)  # {"running", "url"} or {"running": False, "stored", "dropped"}
     server_log = Signal(dict)  # one request the server answered (app/serve/embedded.py)
     server_wake = Signal()  # emitted by the HTTP thread: a job waits
+    remote_done = Signal(dict)  # {"op": add/rm/push/pull, "name", ...} (ui/remote_ops.py)
 
     def __init__(self, settings: Settings, engine=None) -> None:
         super().__init__()

@@ -25,13 +25,13 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_INPUT = 0, 1, 2, 3
 # every command's exit codes, as docs/cli.md states them (generated from this table)
 EXIT_CODES = {
     EXIT_OK: "success",
-    EXIT_CHECK_FAILED: "a check ran and failed: selftest or the demo not byte-exact, verify or fsck found a "
-    "problem, chat --check found a difference",
+    EXIT_CHECK_FAILED: "a check ran and failed: selftest or the demo not byte-exact, verify (--remote too) or "
+    "fsck found a problem, chat --check found a difference",
     EXIT_USAGE: "usage error: the command line is wrong (an unknown option, a missing, conflicting or "
     "malformed argument or option value), click's one-line message",
     EXIT_INPUT: "bad input or environment: a file, text or pack the command read and refused (`import` and "
-    "`deposit` when any file was refused), a missing or invalid model, an engine or library error, with a "
-    "one-line `error:` message",
+    "`deposit` when any file was refused, `pull` when any entry was), a missing or invalid model, an engine or "
+    "library error, a remote that cannot be reached or refuses the credentials, with a one-line `error:` message",
 }
 
 

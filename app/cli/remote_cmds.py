@@ -8,13 +8,9 @@ import click
 
 from kvgraft.app.cli.common import EXIT_INPUT, cli_home, emit_json, engine_options, handle_errors, stage_progress
 from kvgraft.app.cli.keys_cmds import resolve_key
-from kvgraft.app.remote.pull import pull as run_pull
-from kvgraft.app.remote.push import push as run_push
-from kvgraft.app.remote.push import why_not_pushable
+from kvgraft.app.remote.manage import add_checked, forget, pull_named, push_named, remotes
 from kvgraft.app.service import LibraryService, open_library
-from kvgraft.library.errors import LibraryError
-from kvgraft.library.remote import RemoteRepo
-from kvgraft.library.remotes import add_remote, get_remote, list_remotes, remove_remote
+from kvgraft.library.remotes import get_remote
 
 
 @click.group()
@@ -31,16 +27,13 @@ def remote() -> None:
 def remote_add(name, url, endpoint_url, as_json) -> None:
     """Name a bucket (and key prefix). The bucket must exist: it is checked, never created."""
     with open_library(cli_home()) as lib:
-        from kvgraft.library.remote import RemoteSpec, parse_url
-
-        bucket, prefix = parse_url(url)
-        RemoteRepo(RemoteSpec(name, bucket, prefix, endpoint_url)).blobs.check_reachable()  # before it is stored
-        spec = add_remote(lib, name, url, endpoint_url)
+        spec = add_checked(lib, name, url, endpoint_url)
     if as_json:
-        emit_json({**_spec_dict(spec), "reachable": True})
+        emit_json(spec)
     else:
-        click.echo(f"added remote {spec.name}: {spec.url}" + (f" at {spec.endpoint_url}" if spec.endpoint_url else ""))
-        click.echo(f"bucket {spec.bucket!r} is reachable with these credentials")
+        where = f" at {spec['endpoint_url']}" if spec["endpoint_url"] else ""
+        click.echo(f"added remote {spec['name']}: {spec['url']}{where}")
+        click.echo(f"bucket {spec['bucket']!r} is reachable with these credentials")
 
 
 @remote.command(name="list")
@@ -49,13 +42,13 @@ def remote_add(name, url, endpoint_url, as_json) -> None:
 def remote_list(as_json) -> None:
     """The remotes this library knows."""
     with open_library(cli_home()) as lib:
-        specs = list_remotes(lib)
+        specs = remotes(lib)
     if as_json:
-        emit_json([_spec_dict(s) for s in specs])
+        emit_json(specs)
     elif not specs:
         click.echo("no remotes yet: kvgraft remote add NAME s3://BUCKET[/PREFIX] [--endpoint-url URL]")
     for s in specs if not as_json else []:
-        click.echo(f"{s.name}\t{s.url}" + (f"\t{s.endpoint_url}" if s.endpoint_url else ""))
+        click.echo(f"{s['name']}\t{s['url']}" + (f"\t{s['endpoint_url']}" if s["endpoint_url"] else ""))
 
 
 @remote.command(name="rm")
@@ -64,12 +57,8 @@ def remote_list(as_json) -> None:
 def remote_rm(name) -> None:
     """Forget a remote (the bucket and what it holds are left as they are)."""
     with open_library(cli_home()) as lib:
-        remove_remote(lib, name)
+        forget(lib, name)
     click.echo(f"removed remote {name} (nothing in the bucket was touched)")
-
-
-def _spec_dict(s) -> dict:
-    return {"name": s.name, "url": s.url, "bucket": s.bucket, "prefix": s.prefix, "endpoint_url": s.endpoint_url}
 
 
 @click.command()
@@ -95,17 +84,7 @@ def push(name, entry_ids, all_, query, sign, as_json) -> None:
         raise click.UsageError("choose the entries: IDs, --query TEXT or --all (exactly one)")
     key = resolve_key(sign) if sign else None
     with open_library(cli_home()) as lib:
-        spec = get_remote(lib, name)
-        if all_:
-            entries = lib.entries()
-        elif query:
-            entries = lib.search(query, limit=1_000_000)
-        else:
-            entries = [lib.get(i) for i in entry_ids]
-            bad = [(e.id, why) for e in entries if (why := why_not_pushable(lib, e))]
-            if bad:
-                raise LibraryError("; ".join(f"entry {i}: {why}" for i, why in bad) + "; nothing was pushed")
-        res = run_push(lib, RemoteRepo(spec), entries, sign_key=key, progress=stage_progress("push"))
+        res = push_named(lib, name, list(entry_ids), query, sign_key=key, progress=stage_progress("push"))
     if as_json:
         emit_json(res.as_dict())
         return
@@ -136,9 +115,9 @@ def pull(state, name, require_signed, as_json) -> None:
     when nothing was refused, 3 otherwise.
     """
     with open_library(cli_home()) as lib:
-        spec = get_remote(lib, name)
+        get_remote(lib, name)  # an unknown name is refused before the model loads
         with LibraryService(state.engine(), lib) as service:
-            res = run_pull(service, RemoteRepo(spec), require_signed=require_signed, progress=stage_progress("pull"))
+            res = pull_named(service, name, require_signed=require_signed, progress=stage_progress("pull"))
     if as_json:
         emit_json(res.as_dict())
     else:

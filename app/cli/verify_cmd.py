@@ -9,13 +9,10 @@ from pathlib import Path
 import click
 
 from kvgraft.app.cli.common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors, stage_progress
-from kvgraft.app.packs.trust import trust_store
-from kvgraft.app.remote.check import verify_remote
+from kvgraft.app.remote.manage import verify_named
 from kvgraft.app.service import LibraryService, open_library
 from kvgraft.app.verify.batch import recheck_receipts, verify_targets
 from kvgraft.app.verify.items import receipts_sha256
-from kvgraft.library.remote import RemoteRepo
-from kvgraft.library.remotes import get_remote
 
 
 @click.command()
@@ -140,8 +137,7 @@ def verify(state, packs, use_library, remote_name, replay, samples, receipts, ch
 
 def _verify_remote(name: str, as_json: bool) -> None:
     with open_library(cli_home()) as lib:
-        repo = RemoteRepo(get_remote(lib, name))
-        res = verify_remote(repo, trust_store(lib.root), progress=stage_progress("verify"))
+        res = verify_named(lib, name, progress=stage_progress("verify"))
     if as_json:
         emit_json(res.as_dict())
     else:

@@ -190,3 +190,35 @@ class LocalS3:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m kvgraft.app.lab.local_s3 [--bucket NAME] [--dir DIR]`: a throwaway S3 server to try
+    remotes with. Prints the endpoint and the credentials it accepts; Ctrl+C stops it."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m kvgraft.app.lab.local_s3", description=main.__doc__)
+    ap.add_argument("--bucket", action="append", default=[], help="create this bucket (repeatable)")
+    ap.add_argument("--dir", type=Path, help="keep the data here (default: a temp dir, removed at exit)")
+    args = ap.parse_args(argv)
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)  # `kill PID` stops the server too (it runs in its own session)
+    server = LocalS3(identities={ACCESS_KEY: SECRET_KEY}, root=args.dir).start()
+    try:
+        for b in args.bucket:
+            server.make_bucket(b)
+        print(f"SeaweedFS {server.version()} S3 endpoint: {server.endpoint}", flush=True)
+        print(f"export AWS_ACCESS_KEY_ID={ACCESS_KEY} AWS_SECRET_ACCESS_KEY={SECRET_KEY}", flush=True)
+        server.proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

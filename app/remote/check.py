@@ -98,9 +98,11 @@ def verify_remote(
     def one(item):
         sha, (stored, size) = item
         try:
-            data = repo.blobs.get_stored(sha)
+            data = repo.blobs.get_stored(sha, limit=stored)
         except BlobMissing:
             return sha, "named by a manifest but absent", 0
+        except BlobCorrupt as exc:
+            return sha, str(exc), 0
         if len(data) != stored:
             return sha, f"{len(data):,} bytes, the manifest says {stored:,}", len(data)
         try:

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import threading
@@ -47,7 +48,16 @@ from kvgraft.library.remote import ManifestMismatch, RemoteRepo
 from kvgraft.library.signing import SigningError, verify_signature
 
 WORKERS = 4
-MEMORY_BUDGET = 1 << 30  # checked blob bytes a pull holds in memory; the rest wait in temp files
+
+
+def memory_budget() -> int:
+    """Checked blob bytes a pull holds in memory (a quarter of RAM, 256 MiB to 4 GiB); the rest wait
+    in temp files and are checked again when read back."""
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        ram = 4 << 30
+    return max(256 << 20, min(4 << 30, ram // 4))
 
 
 @dataclass
@@ -189,14 +199,18 @@ def _download(repo: RemoteRepo, blobs: dict[str, int], tmp: Path, max_size: int,
     """Fetch and check each blob into `tmp`: ({sha: file}, {sha: why refused}, bytes fetched). A
     transport failure (RemoteError) stops the pull: nothing has been imported yet."""
 
-    budget, budget_lock = [MEMORY_BUDGET], threading.Lock()
+    budget, budget_lock = [memory_budget()], threading.Lock()
 
     def one(item):
         sha, declared = item
+        if declared > max_size + (64 << 20):  # a container is at most its canonical bytes and a range table
+            return sha, None, f"blob {sha[:16]}... declares {declared:,} bytes, more than a state of this context", 0
         try:
-            data = repo.blobs.get_stored(sha)
+            data = repo.blobs.get_stored(sha, limit=declared)
         except BlobMissing:
             return sha, None, f"blob {sha[:16]}... is named by its manifest but missing from the remote", 0
+        except BlobCorrupt as exc:
+            return sha, None, str(exc), 0
         if len(data) != declared:
             return (
                 sha,

@@ -1,0 +1,68 @@
+"""The team library's use cases by remote name, as the CLI and the window call them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvgraft.app.core.progress import Progress, no_progress
+from kvgraft.app.packs.trust import trust_store
+from kvgraft.app.remote.check import RemoteCheck, verify_remote
+from kvgraft.app.remote.pull import PullResult, pull
+from kvgraft.app.remote.push import PushResult, push, why_not_pushable
+from kvgraft.app.service import LibraryService
+from kvgraft.library.errors import LibraryError
+from kvgraft.library.remote import RemoteRepo, RemoteSpec, parse_url
+from kvgraft.library.remotes import add_remote, get_remote, list_remotes, remove_remote
+
+
+def spec_dict(s: RemoteSpec) -> dict:
+    return {"name": s.name, "url": s.url, "bucket": s.bucket, "prefix": s.prefix, "endpoint_url": s.endpoint_url}
+
+
+def add_checked(lib, name: str, url: str, endpoint_url: str | None = None) -> dict:
+    """Add a remote once its bucket answers with these credentials (a bucket is never created)."""
+    bucket, prefix = parse_url(url)
+    RemoteRepo(RemoteSpec(name, bucket, prefix, endpoint_url)).blobs.check_reachable()
+    return {**spec_dict(add_remote(lib, name, url, endpoint_url)), "reachable": True}
+
+
+def remotes(lib) -> list[dict]:
+    return [spec_dict(s) for s in list_remotes(lib)]
+
+
+def forget(lib, name: str) -> None:
+    remove_remote(lib, name)
+
+
+def push_named(
+    lib,
+    name: str,
+    ids: list[int] | None = None,
+    query: str | None = None,
+    sign_key: Path | None = None,
+    progress: Progress = no_progress,
+) -> PushResult:
+    """Push entries by id (each must be pushable, or nothing is pushed), by search, or all (None, None)."""
+    spec = get_remote(lib, name)
+    if ids:
+        entries = [lib.get(i) for i in ids]
+        bad = [(e.id, why) for e in entries if (why := why_not_pushable(lib, e))]
+        if bad:
+            raise LibraryError("; ".join(f"entry {i}: {why}" for i, why in bad) + "; nothing was pushed")
+    elif query:
+        entries = lib.search(query, limit=1_000_000)
+    else:
+        entries = lib.entries()
+    return push(lib, RemoteRepo(spec), entries, sign_key=sign_key, progress=progress)
+
+
+def pull_named(
+    service: LibraryService, name: str, require_signed: bool = False, progress: Progress = no_progress
+) -> PullResult:
+    return pull(
+        service, RemoteRepo(get_remote(service.library, name)), require_signed=require_signed, progress=progress
+    )
+
+
+def verify_named(lib, name: str, progress: Progress = no_progress) -> RemoteCheck:
+    return verify_remote(RemoteRepo(get_remote(lib, name)), trust_store(lib.root), progress=progress)
