@@ -30,8 +30,8 @@ run "${A[@]}" push team --all --sign alice
 run "${A[@]}" verify --remote team
 pub=$("$KV" "${A[@]}" keys list --json | $PY -c "import json,sys; print(json.load(sys.stdin)['own']['alice']['public_key'])")
 "$KV" "${B[@]}" keys trust "$pub" --name alice > /dev/null
-echo "# Bob: an empty data dir that trusts Alice's key"
-run "${B[@]}" remote add team s3://team/lib --endpoint-url "$endpoint"
+"$KV" "${B[@]}" remote add team s3://team/lib --endpoint-url "$endpoint" > /dev/null
+echo "# Bob: an empty data dir that trusts Alice's key and names the same remote"
 run "${B[@]}" pull team
 run "${B[@]}" verify --library --replay
 run "${B[@]}" ask "$question"

@@ -144,7 +144,8 @@ def pull(
     if not wanted:
         return res
 
-    tmp = lib.root / "tmp" / f"pull-{secrets.token_hex(6)}"
+    _remove_stale(lib.root / "tmp")
+    tmp = lib.root / "tmp" / f"pull-{os.getpid()}-{secrets.token_hex(6)}"
     tmp.mkdir(parents=True)
     try:
         files, bad, res.bytes = _download(repo, blobs, tmp, state_size_limit(engine), progress, workers)
@@ -168,6 +169,21 @@ def pull(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return res
+
+
+def _remove_stale(root: Path) -> None:
+    """Temp dirs of pulls whose process is gone (killed mid-pull): spilled blobs nothing will read."""
+    for d in root.glob("pull-*") if root.is_dir() else []:
+        parts = d.name.split("-")
+        pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+        if pid is None or pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:
+            pass  # another user's live process
 
 
 def _size(held) -> int:
