@@ -67,13 +67,21 @@ def _code(exc) -> tuple[str, int]:
 
 
 def _is_missing(exc) -> bool:
+    """A key that is absent (never a missing bucket: that is an error to report, not an empty remote)."""
     code, status = _code(exc)
-    return code in ("NoSuchKey", "404", "NotFound") or status == 404
+    return code != "NoSuchBucket" and (code in ("NoSuchKey", "404", "NotFound") or status == 404)
 
 
 def _is_precondition(exc) -> bool:
+    """412: the condition failed (the key exists, or its ETag changed)."""
     code, status = _code(exc)
-    return code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412)
+    return code == "PreconditionFailed" or status == 412
+
+
+def _is_conflict(exc) -> bool:
+    """409: a conditional write raced another one still in flight; nothing is known yet."""
+    code, status = _code(exc)
+    return code == "ConditionalRequestConflict" or status == 409
 
 
 def describe(exc, spec: RemoteSpec) -> RemoteError:
@@ -121,8 +129,14 @@ def make_client(spec: RemoteSpec, max_pool: int = 10):
 
 
 def _new_client(spec: RemoteSpec, max_pool: int):
+    import os
+
     import boto3
     from botocore.config import Config
+
+    # no network but the endpoint: boto3 never asks the EC2 instance metadata service for credentials
+    # unless the user says so (AWS_EC2_METADATA_DISABLED=false)
+    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
     cfg = Config(
         retries={"max_attempts": 3, "mode": "standard"},
@@ -152,7 +166,7 @@ class S3BlobStore(ObjectStore):
         try:
             return fn(Bucket=self.spec.bucket, **kw)
         except Exception as exc:
-            if _is_missing(exc) or _is_precondition(exc):
+            if _is_missing(exc) or _is_precondition(exc) or _is_conflict(exc):
                 raise
             raise describe(exc, self.spec) from exc
 
@@ -188,11 +202,7 @@ class S3BlobStore(ObjectStore):
     def get_key(self, key: str, what: str | None = None, limit: int | None = None) -> bytes:
         try:
             resp = self._call(self.client.get_object, Key=key)
-            size = int(resp.get("ContentLength", 0))
-            if limit is not None and size > limit:
-                resp["Body"].close()
-                raise BlobCorrupt(f"{what or key} is {size:,} bytes on the remote, more than the {limit:,} declared")
-            return resp["Body"].read()
+            return _read_bounded(resp, limit, what or key)
         except (RemoteError, BlobCorrupt):
             raise
         except Exception as exc:
@@ -203,9 +213,9 @@ class S3BlobStore(ObjectStore):
     def get_with_etag(self, key: str, limit: int) -> tuple[bytes, str] | None:
         try:
             resp = self._call(self.client.get_object, Key=key)
-            if int(resp.get("ContentLength", 0)) > limit:
-                raise RemoteError(f"{key} is {resp['ContentLength']:,} bytes, more than {limit:,}")
-            return resp["Body"].read(), resp["ETag"]
+            return _read_bounded(resp, limit, key), resp["ETag"]
+        except BlobCorrupt as exc:
+            raise RemoteError(f"remote {self.spec.name!r}: {exc}") from exc
         except RemoteError:
             raise
         except Exception as exc:
@@ -214,16 +224,21 @@ class S3BlobStore(ObjectStore):
             raise describe(exc, self.spec) from exc
 
     def put_once(self, key: str, data: bytes) -> bool:
-        """One single-part put with If-None-Match: *; False when the key already exists."""
-        try:
-            self._call(self.client.put_object, Key=key, Body=data, IfNoneMatch="*")
-            return True
-        except RemoteError:
-            raise
-        except Exception as exc:
-            if _is_precondition(exc):
-                return False
-            raise describe(exc, self.spec) from exc
+        """One single-part put with If-None-Match: *; False when the key already exists. A 409 (another
+        conditional write of the key still in flight) is retried: it says nothing about the outcome."""
+        for attempt in range(6):
+            try:
+                self._call(self.client.put_object, Key=key, Body=data, IfNoneMatch="*")
+                return True
+            except RemoteError:
+                raise
+            except Exception as exc:
+                if _is_precondition(exc):
+                    return False
+                if not _is_conflict(exc):
+                    raise describe(exc, self.spec) from exc
+                time.sleep(0.1 * 2**attempt)
+        raise RemoteError(f"remote {self.spec.name!r}: {key} kept conflicting with another writer; try again")
 
     def put_if_match(self, key: str, data: bytes, etag: str | None) -> None:
         """Replace `key` only if its ETag is still `etag` (create it only if absent when None).
@@ -234,7 +249,7 @@ class S3BlobStore(ObjectStore):
         except RemoteError:
             raise
         except Exception as exc:
-            if _is_precondition(exc) or (etag is not None and _is_missing(exc)):
+            if _is_precondition(exc) or _is_conflict(exc) or (etag is not None and _is_missing(exc)):
                 raise RemoteConflict(f"{key} changed while it was being updated") from exc
             raise describe(exc, self.spec) from exc
 
@@ -283,7 +298,7 @@ class RemoteRepo:
         raw, etag = got
         try:
             index = json.loads(raw)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise RemoteError(f"remote {self.spec.name!r}: index.json is not valid JSON ({exc})") from exc
         check_index(index, self.spec.name)
         return index, etag
@@ -328,6 +343,22 @@ class RemoteRepo:
             return None
 
 
+def _read_bounded(resp, limit: int | None, what: str) -> bytes:
+    """An object's body, never more than `limit` bytes read (a larger one is BlobCorrupt, not read)."""
+    body = resp["Body"]
+    size = int(resp.get("ContentLength") or 0)
+    if limit is None:
+        return body.read()
+    if size > limit:
+        body.close()
+        raise BlobCorrupt(f"{what} is {size:,} bytes on the remote, more than the {limit:,} allowed")
+    data = body.read(limit + 1)
+    if len(data) > limit:
+        body.close()
+        raise BlobCorrupt(f"{what} is more than the {limit:,} bytes allowed")
+    return data
+
+
 class ManifestMismatch(RemoteError):
     """A manifest object whose bytes are not the ones its name is the SHA-256 of."""
 
@@ -343,7 +374,11 @@ def check_index(index, name: str) -> None:
         raise RemoteError(f"remote {name!r}: index format {index.get('format')!r} is newer than this kvgraft reads")
     manifests = index.get("manifests")
     if not isinstance(manifests, dict) or not all(
-        _HEX.match(k) and isinstance(v, dict) and isinstance(v.get("keys", []), list) for k, v in manifests.items()
+        _HEX.match(k)
+        and isinstance(v, dict)
+        and isinstance(v.get("keys", []), list)
+        and all(isinstance(x, str) and _HEX.match(x) for x in v.get("keys", []))
+        for k, v in manifests.items()
     ):
         raise RemoteError(f"remote {name!r}: index.json's manifests are malformed")
 

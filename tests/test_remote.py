@@ -4,6 +4,7 @@ pushers at once, wrong endpoints and credentials. No mock of the S3 API anywhere
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -89,7 +90,6 @@ def _container(seed: int) -> tuple[str, bytes]:
     rng = np.random.default_rng(seed)
     canonical = bytearray(rng.integers(0, 256, 300_000, dtype=np.uint8).tobytes())
     canonical[1000:50_000] = bytes(49_000)
-    import hashlib
 
     c = container.make(len(canonical), [(1000, 49_000)])
     stored = b"".join(bytes(p) for p in container.pieces(memoryview(canonical), c))
@@ -127,7 +127,9 @@ def test_index_updates_never_lose_each_other(s3_env):
         repo = RemoteRepo(spec)
         barrier.wait()
         try:
-            repo.update_index(lambda idx, i=i: idx["manifests"].update({f"{i:064x}": {"entries": 1, "keys": [str(i)]}}))
+            repo.update_index(
+                lambda idx, i=i: idx["manifests"].update({f"{i:064x}": {"entries": 1, "keys": [f"{i + 100:064x}"]}})
+            )
         except Exception as exc:  # noqa: BLE001 (reported below)
             errors.append(exc)
 
@@ -261,7 +263,8 @@ def test_push_killed_at_random_moments(team, s3_env):
     bucket = new_bucket(s3_env)
     exe = str(Path(sys.executable).with_name("kvgraft"))
     env = dict(os.environ, KVGRAFT_HOME=str(team.home))
-    assert kv(team.home, "remote", "add", "t5-time", f"s3://{bucket}/time", "--endpoint-url", s3_env.endpoint)
+    r = kv(team.home, "remote", "add", "t5-time", f"s3://{bucket}/time", "--endpoint-url", s3_env.endpoint)
+    assert r.exit_code == 0, r.output
     t0 = time.monotonic()  # how long a whole push takes here, start-up included: the kills land inside it
     subprocess.run([exe, "push", "t5-time", "--all"], env=env, check=True, capture_output=True)
     whole = time.monotonic() - t0
@@ -393,3 +396,50 @@ def test_a_cancelled_pull_imports_nothing(team, s3_env, engine, tmp_path):
             pull(svc, RemoteRepo(spec), progress=cancel_on_download)
         assert library_state(home) == (0, [], 0) and not list((home / "tmp").glob("pull-*"))
         assert pull(svc, RemoteRepo(spec)).imported == 2
+
+
+def test_a_hostile_bucket_is_refused_by_name(team, s3_env, cli_engine, tmp_path):
+    """A second manifest that declares a wrong size for a blob another manifest shares: its entry is
+    refused, the rest imported, and no good local blob is marked damaged. Then malformed objects:
+    a nested index.json is a clear error; a missing bucket is not an empty remote."""
+    bucket = new_bucket(s3_env)
+    spec = add_remote(team.home, "t9", bucket, s3_env)
+    ids = team.ids[:2]
+    assert kv(team.home, "push", "t9", *map(str, ids)).exit_code == 0
+    repo = RemoteRepo(spec)
+    (good,) = repo.manifest_shas()
+    m = json.loads(repo.get_manifest(good))
+    m["entries"][0]["blob_size"] += 16  # a lie about the canonical size: the SHA-256 still matches
+    body = json.dumps(m, indent=1, sort_keys=True).encode()
+    bad = hashlib.sha256(body).hexdigest()
+    assert repo.blobs.put_once(repo.manifest_key(bad), body)
+    from kvgraft.app.remote.push import manifest_keys
+    from kvgraft.library.manifest import parse_manifest
+
+    keys = manifest_keys(parse_manifest(m))
+    repo.update_index(lambda idx: idx["manifests"].update({bad: {"entries": 2, "keys": keys}}))
+    v = json.loads(kv(team.home, "verify", "--remote", "t9", "--json").stdout)
+    assert not v["ok"] and any("contradicts" in p["problem"] for p in v["problems"])
+
+    bob = tmp_path / "bob"
+    add_remote(bob, "t9", bucket, s3_env)
+    r = kv(bob, "pull", "t9", "--json")
+    out = json.loads(r.stdout)
+    assert r.exit_code == 3 and out["imported"] == 2 and len(out["refused"]) == 1
+    assert out["refused"][0]["entry"].startswith(bad[:12]) and "manifest says" in out["refused"][0]["reason"]
+    r = kv(bob, "verify", "--library", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["ok"], r.output  # nothing marked damaged
+    a = json.loads(kv(bob, "ask", PROBLEMS[0].question, "--json").stdout)
+    assert a["source"] == "graft" and a["exact"] is True
+
+    c = s3_env.client()
+    c.put_object(Bucket=bucket, Key="team/index.json", Body=b"[" * 100_000 + b"]" * 100_000)
+    r = kv(bob, "pull", "t9")
+    assert r.exit_code == 3 and "index.json is not valid JSON" in r.stderr and "Traceback" not in r.output
+    r = kv(bob, "verify", "--remote", "t9")
+    assert r.exit_code == 3 and "index.json is not valid JSON" in r.stderr
+    for obj in c.list_objects_v2(Bucket=bucket).get("Contents", []):
+        c.delete_object(Bucket=bucket, Key=obj["Key"])
+    c.delete_bucket(Bucket=bucket)
+    r = kv(bob, "pull", "t9")
+    assert r.exit_code == 3 and "no such bucket" in r.stderr

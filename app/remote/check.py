@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from kvgraft.app.core.progress import Progress, no_progress
+from kvgraft.app.remote.push import manifest_keys
 from kvgraft.library import container
 from kvgraft.library.errors import BlobCorrupt, BlobMissing
 from kvgraft.library.manifest import parse_manifest
@@ -23,6 +24,7 @@ from kvgraft.library.remote import ManifestMismatch, RemoteRepo
 from kvgraft.library.signing import SigningError, TrustStore, verify_signature
 
 WORKERS = 4
+MAX_BLOB = 8 << 30  # no state this kvgraft makes is near it; a larger declaration is refused unread
 
 
 @dataclass
@@ -73,10 +75,10 @@ def verify_remote(
         try:
             raw = repo.get_manifest(sha)
             m = parse_manifest(json.loads(raw))
-        except (ManifestMismatch, BlobMissing, PackError, ValueError, RecursionError) as exc:
+            sig = repo.get_signature(sha)
+        except (ManifestMismatch, BlobMissing, BlobCorrupt, PackError, ValueError, RecursionError) as exc:
             out.problems.append({"object": key, "problem": str(exc)})
             continue
-        sig = repo.get_signature(sha)
         if sig is not None:
             try:
                 kid = verify_signature(raw, sig).key_id
@@ -87,16 +89,25 @@ def verify_remote(
             except SigningError as exc:
                 out.problems.append({"object": repo.signature_key(sha), "problem": f"signature does not verify: {exc}"})
         published = index["manifests"].get(sha)
-        if published is not None and published.get("entries") != len(m.entries):
-            out.problems.append({"object": key, "problem": "the index counts another number of entries"})
+        if published is not None and published.get("keys") != manifest_keys(m):
+            out.problems.append({"object": key, "problem": "the index lists other entries for it than it holds"})
         out.manifests += 1
         out.entries += len(m.entries)
         for e in m.entries:
-            named[e.blob_sha256] = (e.blob_stored_size, e.blob_size)
+            declared = (e.blob_stored_size, e.blob_size)
+            if named.setdefault(e.blob_sha256, declared) != declared:
+                out.problems.append(
+                    {
+                        "object": key,
+                        "problem": f"declares blob {e.blob_sha256[:16]}... at sizes another entry contradicts",
+                    }
+                )
     progress("manifests", len(in_bucket), len(in_bucket))
 
     def one(item):
         sha, (stored, size) = item
+        if stored > MAX_BLOB or size > container.MAX_EXPANSION * stored + (1 << 20):
+            return sha, f"declared at {stored:,} bytes ({size:,} decoded): implausible, not read", 0
         try:
             data = repo.blobs.get_stored(sha, limit=stored)
         except BlobMissing:

@@ -90,7 +90,14 @@ class FetchedPack:
         held = self.blob_files.get(sha256)
         if held is None:
             raise PackError(f"blob {sha256[:16]}... was not downloaded")
-        if isinstance(held, Held):
+        if isinstance(held, Held):  # each entry's declared sizes, checked against what was downloaded
+            if len(held.canonical) != self._sizes.get(sha256):
+                raise PackError(
+                    f"blob {sha256[:16]}... holds {len(held.canonical):,} bytes, the manifest says "
+                    f"{self._sizes.get(sha256)}"
+                )
+            if self.max_blob_size is not None and len(held.canonical) > self.max_blob_size:
+                raise PackError(f"blob {sha256[:16]}... decodes to more than a state of this context")
             return held.stored, held.canonical, held.ranges
         try:
             stored = held.read_bytes()

@@ -111,10 +111,10 @@ def pull(
         try:
             raw = repo.get_manifest(msha)
             m = parse_manifest(json.loads(raw))
-        except (ManifestMismatch, BlobMissing, PackError, ValueError, RecursionError) as exc:
+            sig = repo.get_signature(msha)
+        except (ManifestMismatch, BlobMissing, BlobCorrupt, PackError, ValueError, RecursionError) as exc:
             res.refused.append({"entry": f"{msha[:12]} (the whole manifest)", "reason": str(exc)})
             continue
-        sig = repo.get_signature(msha)
         signer, why = None, "unsigned"
         if sig is not None:
             try:
@@ -128,7 +128,7 @@ def pull(
 
     # what to fetch: entries this library lacks, of manifests this engine can take
     wanted: dict[str, list[int]] = {}  # manifest sha -> entry positions
-    blobs: dict[str, int] = {}  # blob sha -> declared stored size
+    blobs: dict[str, int] = {}  # blob sha -> the largest stored size an entry declares for it
     for f in fetched:
         m = f.manifest
         why = _refusal(engine, m, f.signer, trust, require_signed)
@@ -140,7 +140,7 @@ def pull(
                 res.refused.append({"entry": _entry_name(f.sha, i, e), "reason": why})
             else:
                 wanted.setdefault(f.sha, []).append(i)
-                blobs[e.blob_sha256] = e.blob_stored_size
+                blobs[e.blob_sha256] = max(blobs.get(e.blob_sha256, 0), e.blob_stored_size)
     if not wanted:
         return res
 
@@ -160,8 +160,13 @@ def pull(
             ok = []
             for i in positions:
                 e = f.manifest.entries[i]
+                held = files.get(e.blob_sha256)
                 if e.blob_sha256 in bad:
                     res.refused.append({"entry": _entry_name(msha, i, e), "reason": bad[e.blob_sha256]})
+                elif _size(held) != e.blob_stored_size:  # each entry's own declaration, not another's
+                    why = f"blob {e.blob_sha256[:16]}... is {_size(held):,} bytes, "
+                    why += f"the entry declares {e.blob_stored_size:,}"
+                    res.refused.append({"entry": _entry_name(msha, i, e), "reason": why})
                 else:
                     ok.append(i)
             _import_manifest(service, f, ok, files, trust, repo.spec.name, res, progress)
@@ -227,13 +232,6 @@ def _download(repo: RemoteRepo, blobs: dict[str, int], tmp: Path, max_size: int,
             return sha, None, f"blob {sha[:16]}... is named by its manifest but missing from the remote", 0
         except BlobCorrupt as exc:
             return sha, None, str(exc), 0
-        if len(data) != declared:
-            return (
-                sha,
-                None,
-                f"blob {sha[:16]}... is {len(data):,} bytes on the remote, its manifest says {declared:,}",
-                len(data),
-            )
         try:
             canonical, ranges = container.decode_checked(data, sha, max_size=max_size)
         except BlobCorrupt as exc:

@@ -19,7 +19,7 @@ from pathlib import Path
 from kvgraft.app import __version__
 from kvgraft.app.core.progress import Progress, no_progress
 from kvgraft.app.packs.export import member_size, stored_checked
-from kvgraft.library.errors import BlobMissing, LibraryError, RemoteError
+from kvgraft.library.errors import LibraryError, RemoteError
 from kvgraft.library.manifest import build_manifest, parse_manifest
 from kvgraft.library.pack import PackError
 from kvgraft.library.provenance import now
@@ -78,12 +78,12 @@ def _summary(manifest_dict: dict, keys: list[str], signed_by: str | None, stored
     }
 
 
-def recover_unpublished(repo: RemoteRepo, index: dict) -> dict[str, dict]:
+def recover_unpublished(repo: RemoteRepo, index: dict, present: set[str]) -> dict[str, dict]:
     """Summaries of the manifests in the bucket that the index does not publish (a push stopped
     between its manifest and its index update), when each is intact: its bytes hash to its name,
     it parses, and every blob it names is present at its declared size."""
     out = {}
-    for sha in repo.manifest_shas():
+    for sha in sorted(present):
         if sha in index["manifests"]:
             continue
         try:
@@ -98,7 +98,7 @@ def recover_unpublished(repo: RemoteRepo, index: dict) -> dict[str, dict]:
                 from kvgraft.library.signing import verify_signature
 
                 signer = verify_signature(raw, sig).key_id
-        except (PackError, ValueError, BlobMissing, RemoteError, LibraryError):
+        except (PackError, ValueError, RecursionError, LibraryError):  # RemoteError, BlobMissing/Corrupt too
             continue
         out[sha] = _summary(m.raw, manifest_keys(m), signer, stored)
     return out
@@ -124,9 +124,12 @@ def push(
             res.not_pushable.append({"entry": e.id, "reason": why})
     signer = public_identity(sign_key).key_id if sign_key is not None else None
     index, _ = repo.read_index()
-    recovered = recover_unpublished(repo, index)
+    present = set(repo.manifest_shas())
+    recovered = recover_unpublished(repo, index, present)
     res.recovered = sorted(recovered)
-    known = {k for summary in [*index["manifests"].values(), *recovered.values()] for k in summary.get("keys", [])}
+    # entries count as there only while their manifest is (one deleted from the bucket is pushed again)
+    summaries = [v for k, v in index["manifests"].items() if k in present] + list(recovered.values())
+    known = {k for summary in summaries for k in summary.get("keys", [])}
     todo, seen = [], set()
     for e in ok:
         key = entry_key(e.fingerprint, e.kind, e.tokens_sha256, e.blob_sha256, e.question, e.answer)
@@ -142,6 +145,14 @@ def push(
     for (fp, model_sha), group in groups.items():
         shas = sorted({e.blob_sha256 for e in group})
         stored = {sha: member_size(lib, sha) for sha in shas}
+        missing = [e for e in group if stored[e.blob_sha256] is None]
+        if missing:
+            why = "its blob is missing here; run kvgraft fsck"
+            res.not_pushable += [{"entry": e.id, "reason": why} for e in missing]
+            group = [e for e in group if stored[e.blob_sha256] is not None]
+            stored = {k: v for k, v in stored.items() if v is not None}
+            if not group:
+                continue
         manifest = build_manifest(group, lib.model_record(model_sha), lib.engine_info(fp), stored, __version__)
         res.bytes += _upload_blobs(lib, repo, group, stored, progress, workers)
         body = json.dumps(manifest, indent=1, sort_keys=True).encode("utf-8")
@@ -176,11 +187,24 @@ def _upload_blobs(lib, repo: RemoteRepo, group: list[Entry], stored: dict, progr
                 )
             return 0
         data = stored_checked(lib, e, stored[sha])  # checked against its address as it is read
-        return len(data) if repo.blobs.add_stored(sha, data) else 0
+        if repo.blobs.add_stored(sha, data):
+            return len(data)
+        if repo.blobs.stored_size(sha) != len(data):  # someone else's write: there, and whole?
+            raise RemoteError(
+                f"remote {repo.spec.name!r}: blob {sha[:16]}... was written by another pusher meanwhile and is not "
+                "there whole; run kvgraft verify --remote, then push again"
+            )
+        return 0
 
     sent = 0
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kvgraft-push") as pool:
-        for k, n in enumerate(pool.map(one, items)):
-            sent += n
-            progress("blobs", k + 1, len(items))
+        futures = [pool.submit(one, item) for item in items]
+        try:
+            for k, fut in enumerate(futures):
+                sent += fut.result()
+                progress("blobs", k + 1, len(items))
+        except BaseException:  # a failure or Cancel: blobs not started are not sent, no manifest is written
+            for fut in futures:
+                fut.cancel()
+            raise
     return sent
