@@ -199,29 +199,29 @@ class S3BlobStore(ObjectStore):
                 yield name
 
     # -- objects that are not blobs --------------------------------------------------------------
-    def get_key(self, key: str, what: str | None = None, limit: int | None = None) -> bytes:
+    def _get(self, key: str, limit: int | None, what: str) -> tuple[bytes, str]:
+        """(body, ETag) of an object. BlobMissing when absent, BlobCorrupt when over `limit`."""
         try:
             resp = self._call(self.client.get_object, Key=key)
-            return _read_bounded(resp, limit, what or key)
+            return _read_bounded(resp, limit, what), resp["ETag"]
         except (RemoteError, BlobCorrupt):
             raise
         except Exception as exc:
             if _is_missing(exc):
-                raise BlobMissing(f"{what or key} is not in remote {self.spec.name!r}") from exc
+                raise BlobMissing(f"{what} is not in remote {self.spec.name!r}") from exc
             raise describe(exc, self.spec) from exc
 
+    def get_key(self, key: str, what: str | None = None, limit: int | None = None) -> bytes:
+        return self._get(key, limit, what or key)[0]
+
     def get_with_etag(self, key: str, limit: int) -> tuple[bytes, str] | None:
+        """(body, ETag), None when absent; an object over `limit` is an error (RemoteError)."""
         try:
-            resp = self._call(self.client.get_object, Key=key)
-            return _read_bounded(resp, limit, key), resp["ETag"]
+            return self._get(key, limit, key)
+        except BlobMissing:
+            return None
         except BlobCorrupt as exc:
             raise RemoteError(f"remote {self.spec.name!r}: {exc}") from exc
-        except RemoteError:
-            raise
-        except Exception as exc:
-            if _is_missing(exc):
-                return None
-            raise describe(exc, self.spec) from exc
 
     def put_once(self, key: str, data: bytes) -> bool:
         """One single-part put with If-None-Match: *; False when the key already exists. A 409 (another
