@@ -77,8 +77,9 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
         self.server.start_requested.connect(lambda opts: self.client.request_op.emit("server_start", [opts]))
         self.server.stop_requested.connect(lambda: self.client.request_op.emit("server_stop", []))
         tabs.addTab(self.server, "Server")
-        self.remote = RemotePanel(self.selected_ids)
+        self.remote = RemotePanel()  # holds no reference to the window (no cycle for the GC to meet later)
         self.remote.op_requested.connect(lambda op, args: self.client.request_op.emit(op, args))
+        self.remote.push_selected_requested.connect(self._push_selected_to_remote)
         tabs.addTab(self.remote, "Remote")
         self.tabs = tabs
         self.model_picker = ModelPicker()
@@ -279,6 +280,13 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
 
     def selected_ids(self) -> list[int]:
         return self.library_panel.selected_ids()
+
+    def _push_selected_to_remote(self, name: str) -> None:
+        ids = self.selected_ids()
+        if ids:
+            self.client.request_op.emit("remote_push", [name, ids])
+        else:
+            self.remote.nothing_selected()
 
     def _ask_title(self, title: str) -> None:
         self.question.setText(title)

@@ -9,7 +9,6 @@ refusals with their reasons.
 from __future__ import annotations
 
 import time
-from typing import Callable
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
@@ -50,10 +49,10 @@ def done_lines(r: dict) -> list[str]:
 
 class RemotePanel(QWidget):
     op_requested = Signal(str, list)  # ui/remote_ops.py: op_<name>(*args)
+    push_selected_requested = Signal(str)  # the remote's name; the window adds the Library tab's selection
 
-    def __init__(self, selected_ids: Callable[[], list[int]], parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.selected_ids = selected_ids
         lay = QVBoxLayout(self)
         self.table = QTableWidget(0, 3)
         self.table.setHorizontalHeaderLabels(["Remote", "Bucket and prefix", "Endpoint"])
@@ -154,8 +153,9 @@ class RemotePanel(QWidget):
         self.op_requested.emit("remote_add", [name, url, self.endpoint.text().strip()])
 
     def _push_selected(self) -> None:
-        ids = self.selected_ids()
-        if not ids:
-            self.state.setText("Select entries in the Library tab first (or Push all).")
-            return
-        self._op("remote_push", [ids])
+        name = self.current_name()
+        if name is not None:
+            self.push_selected_requested.emit(name)
+
+    def nothing_selected(self) -> None:
+        self.state.setText("Select entries in the Library tab first (or Push all).")
