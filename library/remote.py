@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .errors import BlobCorrupt, BlobMissing, RemoteConflict, RemoteError
+from .manifest import PackError, parse_manifest
+from .signing import SigningError, verify_signature
 from .stores import ObjectStore
 
 INDEX_KIND = "kvgraft-remote-index"
@@ -336,6 +338,18 @@ class RemoteRepo:
             raise ManifestMismatch(f"manifest {sha256[:16]}... does not match its SHA-256 (damaged or tampered)")
         return data
 
+    def read_manifest(self, sha256: str):
+        """(its bytes, the parsed Manifest, the Signer or None when unsigned) of one manifest: fetched,
+        checked against its name, parsed by the pack manifest's parser, its signature verified.
+        Raises one of MANIFEST_ERRORS (SigningError: a signature present that does not verify)."""
+        raw = self.get_manifest(sha256)
+        try:
+            m = parse_manifest(json.loads(raw))
+        except (ValueError, RecursionError) as exc:
+            raise PackError(f"manifest {sha256[:16]}... is not valid JSON: {type(exc).__name__}") from exc
+        sig = self.get_signature(sha256)
+        return raw, m, verify_signature(raw, sig) if sig is not None else None
+
     def get_signature(self, sha256: str) -> bytes | None:
         try:
             return self.blobs.get_key(self.signature_key(sha256), limit=64 << 10)
@@ -387,3 +401,7 @@ def entry_key(fingerprint: str, kind: str, tokens_sha256: str, blob_sha256: str,
     """What makes two entries the same knowledge: one key per entry in the index (push skips it)."""
     raw = json.dumps([fingerprint, kind, tokens_sha256, blob_sha256, question, answer], separators=(",", ":"))
     return hashlib.sha256(raw.encode()).hexdigest()
+
+
+# what `RemoteRepo.read_manifest` raises for one bad manifest
+MANIFEST_ERRORS = (ManifestMismatch, BlobMissing, BlobCorrupt, PackError, SigningError)

@@ -10,20 +10,16 @@ its manifest) are notes: neither is named by anything a pull reads.
 
 from __future__ import annotations
 
-import json
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from kvgraft.app.core.progress import Progress, no_progress
+from kvgraft.app.remote import WORKERS, in_order
 from kvgraft.app.remote.push import manifest_keys
 from kvgraft.library import container
 from kvgraft.library.errors import BlobCorrupt, BlobMissing
-from kvgraft.library.manifest import parse_manifest
-from kvgraft.library.pack import PackError
-from kvgraft.library.remote import ManifestMismatch, RemoteRepo
-from kvgraft.library.signing import SigningError, TrustStore, verify_signature
+from kvgraft.library.remote import MANIFEST_ERRORS, RemoteRepo
+from kvgraft.library.signing import SigningError, TrustStore
 
-WORKERS = 4
 MAX_BLOB = 8 << 30  # no state this kvgraft makes is near it; a larger declaration is refused unread
 
 
@@ -73,21 +69,18 @@ def verify_remote(
         progress("manifests", k, len(in_bucket))
         key = repo.manifest_key(sha)
         try:
-            raw = repo.get_manifest(sha)
-            m = parse_manifest(json.loads(raw))
-            sig = repo.get_signature(sha)
-        except (ManifestMismatch, BlobMissing, BlobCorrupt, PackError, ValueError, RecursionError) as exc:
+            _, m, signer = repo.read_manifest(sha)
+        except SigningError as exc:
+            out.problems.append({"object": repo.signature_key(sha), "problem": f"signature does not verify: {exc}"})
+            continue
+        except MANIFEST_ERRORS as exc:
             out.problems.append({"object": key, "problem": str(exc)})
             continue
-        if sig is not None:
-            try:
-                kid = verify_signature(raw, sig).key_id
-                trusted = trust is not None and trust.name_of(kid) is not None
-                out.signed[kid] = out.signed.get(kid, 0) + 1
-                if trusted:
-                    out.notes.append({"object": key, "note": f"signed by {kid} ({trust.name_of(kid)}, trusted here)"})
-            except SigningError as exc:
-                out.problems.append({"object": repo.signature_key(sha), "problem": f"signature does not verify: {exc}"})
+        if signer is not None:
+            kid = signer.key_id
+            out.signed[kid] = out.signed.get(kid, 0) + 1
+            if trust is not None and trust.name_of(kid) is not None:
+                out.notes.append({"object": key, "note": f"signed by {kid} ({trust.name_of(kid)}, trusted here)"})
         published = index["manifests"].get(sha)
         if published is not None and published.get("keys") != manifest_keys(m):
             out.problems.append({"object": key, "problem": "the index lists other entries for it than it holds"})
@@ -123,12 +116,15 @@ def verify_remote(
         return sha, None, len(data)
 
     items = sorted(named.items())
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kvgraft-verify") as pool:
-        for k, (sha, why, n) in enumerate(pool.map(one, items)):
-            out.bytes += n
-            if why is not None:
-                out.problems.append({"object": repo.blobs.key(sha), "problem": why})
-            progress("blobs", k + 1, len(items))
+
+    def take(k: int, result) -> None:
+        sha, why, n = result
+        out.bytes += n
+        if why is not None:
+            out.problems.append({"object": repo.blobs.key(sha), "problem": why})
+        progress("blobs", k + 1, len(items))
+
+    in_order(one, items, workers, "verify", take)
     out.blobs = len(items)
     unnamed = sorted(set(repo.blobs.iter_shas()) - set(named))
     if unnamed:

@@ -17,12 +17,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,18 +34,17 @@ from kvgraft.app.packs.imports import (
     validate_pack,
 )
 from kvgraft.app.packs.trust import trust_store
+from kvgraft.app.remote import WORKERS, in_order
 from kvgraft.app.remote.fetched import FetchedPack, Held
 from kvgraft.app.service import LibraryService, model_record
 from kvgraft.library import container
 from kvgraft.library.blobstore import chunk_digests
 from kvgraft.library.errors import BlobCorrupt, BlobMissing, LibraryError, StorageFull
 from kvgraft.library.importer import commit_pack
-from kvgraft.library.manifest import Manifest, parse_manifest
+from kvgraft.library.manifest import Manifest
 from kvgraft.library.pack import PackError
-from kvgraft.library.remote import ManifestMismatch, RemoteRepo
-from kvgraft.library.signing import SigningError, verify_signature
-
-WORKERS = 4
+from kvgraft.library.remote import MANIFEST_ERRORS, RemoteRepo
+from kvgraft.library.signing import SigningError
 
 
 def memory_budget() -> int:
@@ -109,20 +106,12 @@ def pull(
     for k, msha in enumerate(names):
         progress("manifests", k, len(names))
         try:
-            raw = repo.get_manifest(msha)
-            m = parse_manifest(json.loads(raw))
-            sig = repo.get_signature(msha)
-        except (ManifestMismatch, BlobMissing, BlobCorrupt, PackError, ValueError, RecursionError) as exc:
-            res.refused.append({"entry": f"{msha[:12]} (the whole manifest)", "reason": str(exc)})
+            _, m, signer = repo.read_manifest(msha)
+        except MANIFEST_ERRORS as exc:
+            why = f"signature: {exc}" if isinstance(exc, SigningError) else str(exc)
+            res.refused.append({"entry": f"{msha[:12]} (the whole manifest)", "reason": why})
             continue
-        signer, why = None, "unsigned"
-        if sig is not None:
-            try:
-                signer, why = verify_signature(raw, sig), None
-            except SigningError as exc:
-                res.refused.append({"entry": f"{msha[:12]} (the whole manifest)", "reason": f"signature: {exc}"})
-                continue
-        fetched.append(_Fetched(msha, m, signer, why))
+        fetched.append(_Fetched(msha, m, signer, None if signer else "unsigned"))
     progress("manifests", len(names), len(names))
     res.manifests = len(fetched)
 
@@ -245,24 +234,20 @@ def _download(repo: RemoteRepo, blobs: dict[str, int], tmp: Path, max_size: int,
         path.write_bytes(data)
         return sha, path, None, len(data)
 
-    files, bad, total = {}, {}, 0
+    files, bad, total = {}, {}, [0]
     items = sorted(blobs.items())
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kvgraft-pull") as pool:
-        futures = [pool.submit(one, item) for item in items]
-        try:
-            for k, fut in enumerate(futures):
-                sha, path, why, n = fut.result()
-                total += n
-                if why is None:
-                    files[sha] = path
-                else:
-                    bad[sha] = why
-                progress("download", k + 1, len(items))
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
-            raise
-    return files, bad, total
+
+    def take(k: int, result) -> None:
+        sha, path, why, n = result
+        total[0] += n
+        if why is None:
+            files[sha] = path
+        else:
+            bad[sha] = why
+        progress("download", k + 1, len(items))
+
+    in_order(one, items, workers, "pull", take)
+    return files, bad, total[0]
 
 
 def _import_manifest(

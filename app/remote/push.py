@@ -12,22 +12,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from kvgraft.app import __version__
 from kvgraft.app.core.progress import Progress, no_progress
 from kvgraft.app.packs.export import member_size, stored_checked
+from kvgraft.app.remote import WORKERS, in_order
 from kvgraft.library.errors import LibraryError, RemoteError
-from kvgraft.library.manifest import build_manifest, parse_manifest
-from kvgraft.library.pack import PackError
+from kvgraft.library.manifest import build_manifest
 from kvgraft.library.provenance import now
 from kvgraft.library.records import PACK_KINDS, Entry
 from kvgraft.library.remote import RemoteRepo, entry_key
 from kvgraft.library.signing import public_identity, sign_manifest
-
-WORKERS = 4
 
 
 @dataclass
@@ -87,19 +84,13 @@ def recover_unpublished(repo: RemoteRepo, index: dict, present: set[str]) -> dic
         if sha in index["manifests"]:
             continue
         try:
-            raw = repo.get_manifest(sha)
-            m = parse_manifest(json.loads(raw))
+            _, m, signer = repo.read_manifest(sha)
             stored = {e.blob_sha256: e.blob_stored_size for e in m.entries}
             if any(repo.blobs.stored_size(b) != size for b, size in stored.items()):
                 continue  # verify --remote reports it; publishing it would name an absent blob
-            sig = repo.get_signature(sha)
-            signer = None
-            if sig is not None:
-                from kvgraft.library.signing import verify_signature
-
-                signer = verify_signature(raw, sig).key_id
-        except (PackError, ValueError, RecursionError, LibraryError):  # RemoteError, BlobMissing/Corrupt too
+        except LibraryError:  # MANIFEST_ERRORS, and a RemoteError here: the push below meets it again
             continue
+        signer = signer.key_id if signer else None
         out[sha] = _summary(m.raw, manifest_keys(m), signer, stored)
     return out
 
@@ -196,15 +187,11 @@ def _upload_blobs(lib, repo: RemoteRepo, group: list[Entry], stored: dict, progr
             )
         return 0
 
-    sent = 0
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="kvgraft-push") as pool:
-        futures = [pool.submit(one, item) for item in items]
-        try:
-            for k, fut in enumerate(futures):
-                sent += fut.result()
-                progress("blobs", k + 1, len(items))
-        except BaseException:  # a failure or Cancel: blobs not started are not sent, no manifest is written
-            for fut in futures:
-                fut.cancel()
-            raise
-    return sent
+    sent = [0]
+
+    def take(k: int, n: int) -> None:
+        sent[0] += n
+        progress("blobs", k + 1, len(items))
+
+    in_order(one, items, workers, "push", take)  # stopped early: no manifest is written
+    return sent[0]
