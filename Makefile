@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 CUDA   ?= 0
 STAMP  := $(VENV)/.installed-cuda$(CUDA)
 
-.PHONY: setup demo lint format test test-slow golden bundle install-desktop screenshot clean help
+.PHONY: setup demo lint format test test-slow golden bundle bundle-check install-desktop screenshot clean help
 
 help:
 	@echo "make demo       set up .venv and run the main job on the embedded model"
@@ -15,7 +15,8 @@ help:
 	@echo "make format     ruff format and ruff check --fix"
 	@echo "make test-slow  also run the slow cases (8K-token prefixes, large runs)"
 	@echo "make demo CUDA=1  build llama-cpp-python with CMAKE_ARGS=-DGGML_CUDA=on"
-	@echo "make bundle     one-folder app in dist/kvgraft (PyInstaller), then its smoke test"
+	@echo "make bundle     the portable one-folder app (dist/kvgraft) and dist/kvgraft-VERSION-linux-x86_64.tar.gz, smoke-tested"
+	@echo "make bundle-check  the bundle's smoke test natively and on an emulated older CPU (qemu-user), with a control"
 	@echo "make install-desktop  a .desktop entry and icon for double-click start (Linux)"
 	@echo "make screenshot render docs/screenshot.png with a populated library (offscreen)"
 	@echo "make golden     check this machine's golden family in tests/golden/, or add it when its probe is new"
@@ -54,12 +55,28 @@ test-slow: setup
 golden: setup
 	$(PY) scripts/make_golden.py
 
+# The bundle is built in its own venv (build/bundle-venv) with the portable llama-cpp-python wheel
+# (runtime CPU dispatch, built once into build/portable-wheel: about 30 min on 2 cores); .venv is untouched.
+BUNDLE_VENV := build/bundle-venv
+BUNDLE_PY   := $(BUNDLE_VENV)/bin/python
+VERSION      = $(shell $(PY) -c "from kvgraft.app import __version__; print(__version__)")
 bundle: setup
-	$(PY) -m pip install -q -e '.[bundle]'
-	rm -rf build/bundle-src
-	$(PY) -m pip install -q --no-deps --target build/bundle-src .  # the kvgraft package as a plain tree, for PyInstaller
-	$(VENV)/bin/pyinstaller --noconfirm --clean --distpath dist --workpath build/pyinstaller packaging/kvgraft.spec
+	$(PY) packaging/portable_llama.py --wheel-dir build/portable-wheel
+	test -x $(BUNDLE_PY) || $(PYTHON) -m venv $(BUNDLE_VENV)
+	$(BUNDLE_PY) -m pip install -q --upgrade pip
+	$(BUNDLE_PY) -m pip install -q --force-reinstall --no-deps build/portable-wheel/llama_cpp_python-*.whl
+	$(BUNDLE_PY) -m pip install -q '.[bundle]'  # kvgraft as a plain package; the portable llama-cpp-python stays
+	$(BUNDLE_VENV)/bin/pyinstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller packaging/pyinstaller/kvgraft.spec
 	packaging/smoke_test.sh dist/kvgraft/kvgraft
+	packaging/make_release.sh dist $(VERSION)
+	$(PY) packaging/bundle_size.py dist/kvgraft
+
+# The smoke test natively, under qemu-x86_64 emulating an older CPU (Nehalem: SSE4.2, no AVX), and the
+# control (the -march=native .venv dying there). Needs qemu-user (apt-get install qemu-user).
+BUNDLE_CPU ?= Nehalem
+bundle-check: setup
+	test -x dist/kvgraft/kvgraft || $(MAKE) bundle
+	packaging/bundle_check.sh dist/kvgraft/kvgraft $(BUNDLE_CPU)
 
 DESKTOP_DIR ?= $(HOME)/.local/share/applications
 ICON_DIR    ?= $(HOME)/.local/share/icons/hicolor/scalable/apps

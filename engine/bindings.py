@@ -10,8 +10,11 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+from pathlib import Path
 
 import llama_cpp as llama  # noqa: F401  (re-exported for the engine modules)
+
+from . import cpu_backend as _cpu
 
 log = logging.getLogger("kvgraft.llama")
 
@@ -52,8 +55,20 @@ def ensure_backend() -> None:
         if _started:
             return
         llama.llama_log_set(_log_callback, ctypes.c_void_p(0))
+        _cpu.load_dispatched(lib_dir())  # a portable build: register the best CPU variant (no-op when built in)
         llama.llama_backend_init()
         _started = True
+
+
+def lib_dir() -> Path:
+    """llama-cpp-python's shared libraries (llama_cpp/lib, in the bundle too)."""
+    return Path(llama.__file__).resolve().parent / "lib"
+
+
+def cpu_backend() -> _cpu.CpuBackend:
+    """The CPU backend this process runs (engine/cpu_backend.py); starts the backend first."""
+    ensure_backend()
+    return _cpu.current(lib_dir())
 
 
 def system_info() -> str:

@@ -12,7 +12,7 @@ import logging
 import platform
 from functools import cached_property
 
-from .bindings import package_version, supports_gpu_offload, system_info
+from .bindings import cpu_backend, package_version, supports_gpu_offload, system_info
 from .compaction import WindowSpec
 from .config import KV_TYPES, EngineConfig
 from .errors import ConfigError, EngineError
@@ -99,6 +99,9 @@ class Engine:
         return {
             "llama_cpp_python": package_version(),
             "system_info": system_info(),
+            # which CPU kernels ran (a portable build picks a variant at load time) and their library's
+            # hash: the probe cache keys on it, so a native and a portable build never share probe hashes
+            "cpu_backend": cpu_backend().as_dict(),
             "cpu": cpu_model(),
             "machine": platform.machine(),
             "python": platform.python_version(),

@@ -31,6 +31,7 @@ from kvgraft.app.library_view import LibraryView
 
 from .answer_panel import AnswerPanel
 from .chat_panel import ChatPanel
+from .first_start import MODEL_STAGE, FirstStartDialog
 from .library_panel import LibraryPanel
 from .model_picker import ModelPicker, models_dir
 from .remote_panel import RemotePanel
@@ -60,6 +61,7 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
         self.setAcceptDrops(True)
         self.resize(1100, 700)
         self._build_ui()
+        self.first_start = FirstStartDialog(self)
         self._start_worker(engine)
         self.refresh_library()
 
@@ -190,6 +192,7 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
 
     # -- slots ----------------------------------------------------------------------------------
     def _on_ready(self, info: dict) -> None:
+        self.first_start.finish()
         if self._closed:
             return
         self.engine_info = info
@@ -230,6 +233,9 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
             self.progress.setFormat("")
 
     def _on_progress(self, stage: str, done: int, total: int) -> None:
+        if stage == MODEL_STAGE:  # first start: the model is written into the cache (ui/first_start.py)
+            self.first_start.update(done, total)
+            return
         self.progress.setRange(0, max(1, total))
         self.progress.setValue(done)
         self.progress.setFormat(f"{stage} {done}/{total}")
@@ -242,6 +248,8 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
         self.answer_panel.show_answer(r)
 
     def _on_failed(self, op: str, message: str) -> None:
+        if op == "start":
+            self.first_start.finish()
         if op in ("chat", "regenerate"):
             self.chat.on_failed()
         if op == "server":

@@ -31,6 +31,7 @@ from kvgraft.app.packs.export import export_pack
 from kvgraft.app.service import LibraryService, open_library
 from kvgraft.app.verify.batch import verify_targets
 
+from .first_start import MODEL_STAGE
 from .remote_ops import RemoteOps
 from .worker_ops import WorkerOps
 
@@ -136,7 +137,11 @@ class EngineWorker(QObject, WorkerOps, RemoteOps):
         def go():
             if self.engine is None:
                 self.status.emit("putting the model in place...")
-                self.engine = open_engine(self.settings, on_progress=self.status.emit)
+                self.engine = open_engine(
+                    self.settings,
+                    on_progress=self.status.emit,
+                    on_bytes=lambda done, total: self.progress.emit(MODEL_STAGE, done >> 10, total >> 10),
+                )
             info = self.engine.model.info
             self.ready.emit(
                 {

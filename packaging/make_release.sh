@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The distributable artifact: dist/kvgraft-VERSION-linux-x86_64.tar.gz holding the one-folder app,
+# its menu entry template, the icon and install.sh.   packaging/make_release.sh [DIST] [VERSION]
+set -euo pipefail
+DIST=${1:-dist}
+VERSION=${2:?version}
+name="kvgraft-$VERSION-linux-x86_64"
+stage="$DIST/$name"
+rm -rf "$stage"
+mkdir -p "$stage"
+cp -R "$DIST/kvgraft" "$stage/kvgraft"
+cp packaging/install.sh packaging/kvgraft.desktop.in "$stage/"
+cp packaging/kvgraft/kvgraft.svg "$stage/kvgraft.svg"
+cat > "$stage/README.txt" <<TXT
+kvgraft $VERSION for Linux x86-64 (any x86-64 CPU: llama.cpp picks its CPU kernels at start).
+
+  ./install.sh               the app in ~/.local/lib/kvgraft, \`kvgraft\` in ~/.local/bin, a menu entry
+  ./install.sh --uninstall   removes them again
+  ./kvgraft/kvgraft          runs it in place without installing (no arguments: the window)
+
+The window needs the X11 libraries Qt uses (\`kvgraft doctor\` names any that are missing).
+TXT
+tar -C "$DIST" -czf "$DIST/$name.tar.gz.tmp" "$name"
+mv "$DIST/$name.tar.gz.tmp" "$DIST/$name.tar.gz"
+rm -rf "$stage"
+echo "artifact: $DIST/$name.tar.gz ($(du -m "$DIST/$name.tar.gz" | cut -f1) MB packed, $(du -sm "$DIST/kvgraft" | cut -f1) MB unpacked)"

@@ -1,0 +1,136 @@
+"""Build (once) the portable llama-cpp-python wheel the bundle ships: runtime CPU dispatch.
+
+    python packaging/portable_llama.py [--wheel-dir build/portable-wheel]
+
+The same pinned llama-cpp-python source as the developer's .venv, built with
+GGML_NATIVE=OFF GGML_BACKEND_DL=ON GGML_CPU_ALL_VARIANTS=ON: the core libraries for baseline x86-64 and
+one CPU backend per CPU family (x64, sse42, sandybridge, ivybridge, piledriver, haswell, skylakex,
+cannonlake, cascadelake, icelake, cooperlake, zen4, alderlake, sapphirerapids), of which ggml loads the
+best for the CPU it runs on (engine/cpu_backend.py). About half an hour on 2 cores; the wheel is kept in
+--wheel-dir with BUILD.json (the options and the wheel's SHA-256) and reused while the options match.
+
+ggml installs the per-CPU libraries into the wheel's `bin/` (its CMAKE_INSTALL_BINDIR), outside the
+package; this script moves them next to libggml.so in `llama_cpp/lib/`, where kvgraft loads them from,
+and rewrites the wheel's RECORD. The developer's .venv is never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+VERSION = "0.3.36"  # the pin in pyproject.toml: the same source as the native build
+CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON"
+LIB = "llama_cpp/lib/"
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def relocate_backends(raw: Path, out: Path) -> list[str]:
+    """Copy wheel `raw` to `out` with every `bin/libggml-*.so` moved into llama_cpp/lib/; returns the
+    CPU variants now in the package."""
+    moved: list[str] = []
+    records: list[str] = []
+    with zipfile.ZipFile(raw) as src, zipfile.ZipFile(out.with_suffix(".tmp"), "w", zipfile.ZIP_DEFLATED) as dst:
+        record_name = next(n for n in src.namelist() if n.endswith(".dist-info/RECORD"))
+        for info in src.infolist():
+            if info.filename == record_name:
+                continue
+            data = src.read(info)
+            name = info.filename
+            base = name.rsplit("/", 1)[-1]
+            if name.startswith("bin/") and base.startswith("libggml-") and base.endswith(".so"):
+                name = LIB + base
+                moved.append(base)
+            zi = zipfile.ZipInfo(name, info.date_time)
+            zi.external_attr = info.external_attr
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            dst.writestr(zi, data)
+            records.append(_record_line(name, data))
+        records.append(f"{record_name},,")
+        dst.writestr(record_name, "\n".join(records) + "\n")
+    out.with_suffix(".tmp").replace(out)
+    return sorted(m.removeprefix("libggml-cpu-").removesuffix(".so") for m in moved if m.startswith("libggml-cpu-"))
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def cached(wheel_dir: Path) -> Path | None:
+    meta = wheel_dir / "BUILD.json"
+    try:
+        info = json.loads(meta.read_text())
+        wheel = wheel_dir / info["wheel"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if info.get("cmake_args") != CMAKE_ARGS or info.get("version") != VERSION or not wheel.is_file():
+        return None
+    return wheel if _sha256(wheel) == info.get("sha256") else None
+
+
+def build(wheel_dir: Path) -> Path:
+    raw_dir = wheel_dir / "raw"
+    raw_dir.mkdir(parents=True, exist_ok=True)
+    for old in raw_dir.glob("*.whl"):
+        old.unlink()
+    env = dict(os.environ, CMAKE_ARGS=CMAKE_ARGS, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-binary", "llama-cpp-python"]
+    cmd += ["--no-cache-dir", f"llama-cpp-python=={VERSION}", "-w", str(raw_dir)]
+    print(f"building llama-cpp-python {VERSION} with {CMAKE_ARGS} (about 30 min on 2 cores, once)", flush=True)
+    t0 = time.time()
+    subprocess.run(cmd, env=env, check=True)
+    raw = next(raw_dir.glob("llama_cpp_python-*.whl"))
+    out = finish(raw, wheel_dir, round(time.time() - t0))
+    raw.unlink()
+    return out
+
+
+def finish(raw: Path, wheel_dir: Path, build_seconds: int) -> Path:
+    """Move the backends of the freshly built wheel `raw` into place and record the build in BUILD.json."""
+    out = wheel_dir / raw.name
+    variants = relocate_backends(raw, out)
+    if "x64" not in variants:
+        raise SystemExit(f"portable build: no per-CPU backends in {raw.name} (found {variants})")
+    info = {
+        "version": VERSION,
+        "cmake_args": CMAKE_ARGS,
+        "wheel": out.name,
+        "sha256": _sha256(out),
+        "variants": variants,
+        "build_seconds": build_seconds,
+    }
+    (wheel_dir / "BUILD.json").write_text(json.dumps(info, indent=1) + "\n")
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--wheel-dir", type=Path, default=Path("build/portable-wheel"))
+    ap.add_argument(
+        "--relocate", type=Path, help="a wheel built with CMAKE_ARGS by hand: only move its backends into place"
+    )
+    ap.add_argument("--build-seconds", type=int, default=0, help="with --relocate: how long its build took")
+    args = ap.parse_args()
+    args.wheel_dir.mkdir(parents=True, exist_ok=True)
+    if args.relocate:
+        finish(args.relocate, args.wheel_dir, args.build_seconds)
+    wheel = cached(args.wheel_dir) or build(args.wheel_dir)
+    info = json.loads((args.wheel_dir / "BUILD.json").read_text())
+    print(f"portable wheel: {wheel} ({len(info['variants'])} CPU variants: {', '.join(info['variants'])})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

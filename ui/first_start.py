@@ -1,0 +1,53 @@
+"""First start: the embedded model is assembled into the model cache with a progress dialog.
+
+On a machine that never ran kvgraft, the worker thread writes the model's chunks (about 250 MB for the
+embedded Gemma) into the user cache and checks its SHA-256 before loading it (app/core/model_store.py).
+The worker reports the bytes as the `progress` stage MODEL_STAGE, in KiB; this dialog shows them while
+the window stays responsive, and closes when the model is loaded or the load failed.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QProgressDialog, QWidget
+
+MODEL_STAGE = "model"  # the worker's progress stage while the model is put in place (KiB done, KiB total)
+
+
+class FirstStartDialog:
+    """Owns the dialog: created on the first MODEL_STAGE report, closed by `finish`."""
+
+    def __init__(self, parent: QWidget) -> None:
+        self._parent = parent
+        self.dialog: QProgressDialog | None = None
+
+    def update(self, done_kib: int, total_kib: int) -> None:
+        if self.dialog is None:
+            d = QProgressDialog(self._parent)
+            d.setWindowTitle("Setting up kvgraft")
+            d.setCancelButton(None)  # the model is needed; the window stays usable while it is written
+            d.setWindowModality(Qt.WindowModality.NonModal)
+            d.setMinimumDuration(0)
+            d.setAutoClose(False)
+            d.setAutoReset(False)
+            self.dialog = d
+        d = self.dialog
+        d.setMaximum(max(1, total_kib))
+        d.setValue(min(done_kib, total_kib))
+        mb = 1024 / 1e6
+        if done_kib >= total_kib:  # written and checked: the load (and the probe) follow before ready
+            d.setLabelText(
+                f"The embedded model is in place ({total_kib * mb:,.0f} MB, SHA-256 checked).\nLoading it..."
+            )
+        else:
+            d.setLabelText(
+                "First start: putting the embedded model in place and checking its SHA-256\n"
+                f"{done_kib * mb:,.0f} of {total_kib * mb:,.0f} MB"
+            )
+        d.show()
+
+    def finish(self) -> None:
+        if self.dialog is not None:
+            self.dialog.close()
+            self.dialog.deleteLater()
+            self.dialog = None
