@@ -16,7 +16,7 @@ icon="$DATA/icons/hicolor/scalable/apps/kvgraft.svg"
 if [ "${1:-}" = "--uninstall" ]; then
     rm -rf "$app"
     rm -f "$link" "$entry" "$icon"
-    echo "removed kvgraft from $PREFIX (your library in the data dir is kept)"
+    echo "removed kvgraft from $PREFIX (kept: your library in the data dir, and the model in ~/.cache/kvgraft)"
     exit 0
 fi
 if [ ! -x "$here/kvgraft/kvgraft" ]; then

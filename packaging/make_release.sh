@@ -23,4 +23,5 @@ TXT
 tar -C "$DIST" -czf "$DIST/$name.tar.gz.tmp" "$name"
 mv "$DIST/$name.tar.gz.tmp" "$DIST/$name.tar.gz"
 rm -rf "$stage"
-echo "artifact: $DIST/$name.tar.gz ($(du -m "$DIST/$name.tar.gz" | cut -f1) MB packed, $(du -sm "$DIST/kvgraft" | cut -f1) MB unpacked)"
+mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1e6 }'; }
+echo "artifact: $DIST/$name.tar.gz ($(mb "$(stat -c %s "$DIST/$name.tar.gz")") MB packed, $(mb "$(du -sb "$DIST/kvgraft" | cut -f1)") MB unpacked)"

@@ -17,4 +17,4 @@ shift 2
 export _PYI_ARCHIVE_FILE="$bin" _PYI_PARENT_PROCESS_LEVEL=0
 export LD_LIBRARY_PATH="$(dirname "$bin")/_internal${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # qemu warns about host-only CPUID bits it cannot emulate (tsc-deadline, x2apic): noise, filtered
-exec qemu-x86_64 -cpu "$cpu" "$bin" "$@" 2> >(grep -v "TCG doesn't support requested feature" >&2)
+exec qemu-x86_64 -cpu "$cpu" "$bin" "$@" 2> >(grep --line-buffered -v "TCG doesn't support requested feature" >&2)

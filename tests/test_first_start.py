@@ -130,3 +130,23 @@ def test_variant_names_and_a_dispatch_dir_without_loadable_variants(tmp_path):
     cpu_backend.load_dispatched(tmp_path)  # a native build: nothing to load, no error
     desc = cpu_backend.CpuBackend("dispatched", "haswell", "/l/libggml-cpu-haswell.so", ("x64", "haswell"), "0")
     assert desc.describe().startswith("haswell (chosen at load time among 2 variants")
+
+
+def test_the_dialog_helper_holds_no_python_reference_to_the_window(qtbot):
+    """A window <-> helper cycle leaves closed windows for a later GC, which may run on the worker thread
+    and tear Qt objects down there (a segfault seen in test_ui): the helper reaches the window through Qt."""
+    from PySide6.QtWidgets import QWidget
+
+    from kvgraft.ui.first_start import FirstStartDialog
+
+    w = QWidget()
+    qtbot.addWidget(w)
+    helper = FirstStartDialog(w)
+    helper.update(512, 1024)
+    assert helper.dialog is not None and helper.dialog.parent() is w and helper.dialog.isVisible()
+    assert "1 of 1 MB" in helper.dialog.labelText()
+    assert all(v is not w for v in vars(helper).values())
+    helper.update(1024, 1024)
+    assert "SHA-256 checked" in helper.dialog.labelText()
+    helper.finish()
+    assert helper.dialog is None

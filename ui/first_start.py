@@ -8,22 +8,24 @@ the window stays responsive, and closes when the model is loaded or the load fai
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt
 from PySide6.QtWidgets import QProgressDialog, QWidget
 
 MODEL_STAGE = "model"  # the worker's progress stage while the model is put in place (KiB done, KiB total)
 
 
-class FirstStartDialog:
-    """Owns the dialog: created on the first MODEL_STAGE report, closed by `finish`."""
+class FirstStartDialog(QObject):
+    """Owns the dialog: created on the first MODEL_STAGE report, closed by `finish`. A Qt child of the
+    window that holds no Python reference to it (a window <-> helper cycle would leave a closed window
+    for a later garbage collection, which may run on the worker thread and tear Qt objects down there)."""
 
-    def __init__(self, parent: QWidget) -> None:
-        self._parent = parent
+    def __init__(self, window: QWidget) -> None:
+        super().__init__(window)
         self.dialog: QProgressDialog | None = None
 
     def update(self, done_kib: int, total_kib: int) -> None:
         if self.dialog is None:
-            d = QProgressDialog(self._parent)
+            d = QProgressDialog(self.parent())
             d.setWindowTitle("Setting up kvgraft")
             d.setCancelButton(None)  # the model is needed; the window stays usable while it is written
             d.setWindowModality(Qt.WindowModality.NonModal)
