@@ -99,10 +99,10 @@ def test_window_first_start_shows_a_progress_dialog_and_stays_responsive(qtbot, 
         timer.stop()
     model = Path(win.engine_info["path"])
     assert model.parent == tmp_path / "models"
-    size_kib = model.stat().st_size >> 10
+    size_mib = model.stat().st_size >> 20
     assert values, "no progress dialog was shown while the model was assembled"
     assert all(visible for *_, visible in values)
-    assert {m for _, m, _ in values} == {size_kib}
+    assert {m for _, m, _ in values} == {size_mib}
     assert max(v for v, _, _ in values) > 0
     assert win.first_start.dialog is None, "the dialog stayed open after the model loaded"
     gaps = [b - a for a, b in zip(ticks, ticks[1:], strict=False)]
@@ -142,11 +142,11 @@ def test_the_dialog_helper_holds_no_python_reference_to_the_window(qtbot):
     w = QWidget()
     qtbot.addWidget(w)
     helper = FirstStartDialog(w)
-    helper.update(512, 1024)
+    helper.update(1, 2)
     assert helper.dialog is not None and helper.dialog.parent() is w and helper.dialog.isVisible()
-    assert "1 of 1 MB" in helper.dialog.labelText()
+    assert "1 of 2 MB" in helper.dialog.labelText()
     assert all(v is not w for v in vars(helper).values())
-    helper.update(1024, 1024)
+    helper.update(2, 2)
     assert "SHA-256 checked" in helper.dialog.labelText()
     helper.finish()
     assert helper.dialog is None

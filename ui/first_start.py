@@ -2,16 +2,17 @@
 
 On a machine that never ran kvgraft, the worker thread writes the model's chunks (about 250 MB for the
 embedded Gemma) into the user cache and checks its SHA-256 before loading it (app/core/model_store.py).
-The worker reports the bytes as the `progress` stage MODEL_STAGE, in KiB; this dialog shows them while
-the window stays responsive, and closes when the model is loaded or the load failed.
+The worker reports the bytes as the `progress` stage MODEL_STAGE, in MiB (the status bar shows them too);
+this dialog follows the worker's signals, shows them while the window stays responsive, and closes when
+the start ends (the model loaded or the load failed).
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Qt
+from PySide6.QtCore import QObject, Qt, Slot
 from PySide6.QtWidgets import QProgressDialog, QWidget
 
-MODEL_STAGE = "model"  # the worker's progress stage while the model is put in place (KiB done, KiB total)
+MODEL_STAGE = "model"  # the worker's progress stage while the model is put in place (MiB done, MiB total)
 
 
 class FirstStartDialog(QObject):
@@ -23,7 +24,22 @@ class FirstStartDialog(QObject):
         super().__init__(window)
         self.dialog: QProgressDialog | None = None
 
-    def update(self, done_kib: int, total_kib: int) -> None:
+    def follow(self, worker) -> None:
+        """Listen to a (new) engine worker: its progress and the end of its start."""
+        worker.progress.connect(self._on_progress)
+        worker.busy.connect(self._on_busy)
+
+    @Slot(str, int, int)
+    def _on_progress(self, stage: str, done: int, total: int) -> None:
+        if stage == MODEL_STAGE:
+            self.update(done, total)
+
+    @Slot(bool)
+    def _on_busy(self, busy: bool) -> None:
+        if not busy:
+            self.finish()
+
+    def update(self, done_mib: int, total_mib: int) -> None:
         if self.dialog is None:
             d = QProgressDialog(self.parent())
             d.setWindowTitle("Setting up kvgraft")
@@ -34,17 +50,17 @@ class FirstStartDialog(QObject):
             d.setAutoReset(False)
             self.dialog = d
         d = self.dialog
-        d.setMaximum(max(1, total_kib))
-        d.setValue(min(done_kib, total_kib))
-        mb = 1024 / 1e6
-        if done_kib >= total_kib:  # written and checked: the load (and the probe) follow before ready
+        d.setMaximum(max(1, total_mib))
+        d.setValue(min(done_mib, total_mib))
+        mb = (1 << 20) / 1e6
+        if done_mib >= total_mib:  # written and checked: the load (and the probe) follow before ready
             d.setLabelText(
-                f"The embedded model is in place ({total_kib * mb:,.0f} MB, SHA-256 checked).\nLoading it..."
+                f"The embedded model is in place ({total_mib * mb:,.0f} MB, SHA-256 checked).\nLoading it..."
             )
         else:
             d.setLabelText(
                 "First start: putting the embedded model in place and checking its SHA-256\n"
-                f"{done_kib * mb:,.0f} of {total_kib * mb:,.0f} MB"
+                f"{done_mib * mb:,.0f} of {total_mib * mb:,.0f} MB"
             )
         d.show()
 

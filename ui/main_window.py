@@ -31,7 +31,7 @@ from kvgraft.app.library_view import LibraryView
 
 from .answer_panel import AnswerPanel
 from .chat_panel import ChatPanel
-from .first_start import MODEL_STAGE, FirstStartDialog
+from .first_start import FirstStartDialog
 from .library_panel import LibraryPanel
 from .model_picker import ModelPicker, models_dir
 from .remote_panel import RemotePanel
@@ -166,6 +166,7 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
         w.library_changed.connect(self.refresh_library)
         w.failed.connect(self._on_failed)
         w.busy.connect(self._on_busy)
+        self.first_start.follow(w)  # the first-start dialog (ui/first_start.py)
         w.chat_token.connect(self.chat.on_token)
         w.chat_done.connect(self.chat.on_done)
         w.chat_changed.connect(self._on_chat_changed)
@@ -192,7 +193,6 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
 
     # -- slots ----------------------------------------------------------------------------------
     def _on_ready(self, info: dict) -> None:
-        self.first_start.finish()
         if self._closed:
             return
         self.engine_info = info
@@ -233,9 +233,6 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
             self.progress.setFormat("")
 
     def _on_progress(self, stage: str, done: int, total: int) -> None:
-        if stage == MODEL_STAGE:  # first start: the model is written into the cache (ui/first_start.py)
-            self.first_start.update(done, total)
-            return
         self.progress.setRange(0, max(1, total))
         self.progress.setValue(done)
         self.progress.setFormat(f"{stage} {done}/{total}")
@@ -248,8 +245,6 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
         self.answer_panel.show_answer(r)
 
     def _on_failed(self, op: str, message: str) -> None:
-        if op == "start":
-            self.first_start.finish()
         if op in ("chat", "regenerate"):
             self.chat.on_failed()
         if op == "server":

@@ -140,7 +140,7 @@ class EngineWorker(QObject, WorkerOps, RemoteOps):
                 self.engine = open_engine(
                     self.settings,
                     on_progress=self.status.emit,
-                    on_bytes=lambda done, total: self.progress.emit(MODEL_STAGE, done >> 10, total >> 10),
+                    on_bytes=lambda done, total: self.progress.emit(MODEL_STAGE, done >> 20, total >> 20),
                 )
             info = self.engine.model.info
             self.ready.emit(
