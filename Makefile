@@ -56,7 +56,7 @@ golden: setup
 	$(PY) scripts/make_golden.py
 
 # The bundle is built in its own venv (build/bundle-venv) with the portable llama-cpp-python wheel
-# (runtime CPU dispatch, built once into build/portable-wheel: about 30 min on 2 cores); .venv is untouched.
+# (runtime CPU dispatch, built once into build/portable-wheel: about 18 min on 2 cores); .venv is untouched.
 BUNDLE_VENV := build/bundle-venv
 BUNDLE_PY   := $(BUNDLE_VENV)/bin/python
 VERSION      = $(shell $(PY) -c "from kvgraft.app import __version__; print(__version__)")
@@ -64,7 +64,8 @@ bundle: setup
 	$(PY) packaging/portable_llama.py --wheel-dir build/portable-wheel
 	test -x $(BUNDLE_PY) || $(PYTHON) -m venv $(BUNDLE_VENV)
 	$(BUNDLE_PY) -m pip install -q --upgrade pip
-	$(BUNDLE_PY) -m pip install -q --force-reinstall --no-deps build/portable-wheel/llama_cpp_python-*.whl
+	$(BUNDLE_PY) -m pip install -q --force-reinstall --no-deps "$$($(PY) packaging/portable_llama.py --path)"
+	rm -rf build/lib  # setuptools' leftovers: a module deleted from the tree must not come back in the bundle
 	$(BUNDLE_PY) -m pip install -q '.[bundle]'  # kvgraft as a plain package; the portable llama-cpp-python stays
 	$(BUNDLE_VENV)/bin/pyinstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller packaging/pyinstaller/kvgraft.spec
 	packaging/smoke_test.sh dist/kvgraft/kvgraft

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,8 @@ _BUILT_IN = re.compile(r"libggml-cpu\.so(\.\d+)*$")
 @dataclass(frozen=True)
 class CpuBackend:
     """kind: "dispatched" (a variant chosen at load time) or "built-in" (compiled for one CPU family);
-    variant: the chosen variant's name ("haswell"), None for built-in; library: the loaded file;
+    variant: the chosen variant's name ("haswell"), None for built-in; library: the loaded file's name
+    (never its folder: this goes into the engine's environment, which packs and pushes carry);
     variants: every variant the build holds; sha256: the loaded library's bytes."""
 
     kind: str
@@ -76,10 +78,11 @@ def variant_files(lib_dir: Path) -> list[Path]:
 
 def load_dispatched(lib_dir: Path) -> None:
     """Register the best CPU variant in `lib_dir` (and any other backend library there) with ggml.
-    A no-op for a native build. Raises ModelLoadError when no variant can run on this CPU."""
-    if not variant_files(lib_dir):
+    A no-op for a native build. Raises ModelLoadError when no CPU backend could be registered."""
+    variants = variant_files(lib_dir)
+    if not variants:
         return
-    # libllama.so needs libggml.so.0 (its soname): already loaded by llama_cpp, so this is the same handle
+    # libllama.so links libggml.so.0 (its soname), already loaded by llama_cpp: the same handle here
     # (the bundle keeps only the soname file of each core library)
     ggml_file = next((p for p in (lib_dir / "libggml.so.0", lib_dir / "libggml.so") if p.exists()), None)
     if ggml_file is None:
@@ -87,12 +90,15 @@ def load_dispatched(lib_dir: Path) -> None:
     ggml = ctypes.CDLL(str(ggml_file))
     ggml.ggml_backend_load_all_from_path.argtypes = [ctypes.c_char_p]
     ggml.ggml_backend_load_all_from_path.restype = None
-    ggml.ggml_backend_reg_count.argtypes = []
-    ggml.ggml_backend_reg_count.restype = ctypes.c_size_t
-    ggml.ggml_backend_load_all_from_path(str(lib_dir).encode())
-    if ggml.ggml_backend_reg_count() == 0:
-        names = ", ".join(variant_name(p.name) or p.name for p in variant_files(lib_dir))
-        raise ModelLoadError(f"none of llama.cpp's CPU backends in {lib_dir} ({names}) can run on this CPU")
+    ggml.ggml_backend_reg_by_name.argtypes = [ctypes.c_char_p]
+    ggml.ggml_backend_reg_by_name.restype = ctypes.c_void_p
+    ggml.ggml_backend_load_all_from_path(os.fsencode(lib_dir))
+    if not ggml.ggml_backend_reg_by_name(b"CPU"):
+        names = ", ".join(variant_name(p.name) or p.name for p in variants)
+        raise ModelLoadError(
+            f"no llama.cpp CPU backend could be loaded from {lib_dir} ({names}): this CPU lacks what even "
+            "the x64 variant needs, or a library the variants link is missing (libgomp.so.1, libstdc++.so.6)"
+        )
 
 
 def _mapped_libraries() -> list[str]:
@@ -116,10 +122,10 @@ def current(lib_dir: Path) -> CpuBackend:
     mapped = _mapped_libraries()
     loaded = next((m for m in mapped if variant_name(m)), None)
     if loaded is not None:
-        return CpuBackend("dispatched", variant_name(loaded), loaded, variants, _sha256(loaded))
+        return CpuBackend("dispatched", variant_name(loaded), Path(loaded).name, variants, _sha256(loaded))
     if variants:  # a portable build whose variants are not loaded (yet)
         return CpuBackend("dispatched", None, "", variants, "")
     built_in = next((m for m in mapped if _BUILT_IN.search(m)), None)
     if built_in is None:
         built_in = str(lib_dir / "libggml-cpu.so")
-    return CpuBackend("built-in", None, built_in, variants, _sha256(built_in))
+    return CpuBackend("built-in", None, Path(built_in).name, variants, _sha256(built_in))

@@ -95,12 +95,14 @@ class Engine:
 
     @cached_property
     def environment(self) -> dict:
-        """Descriptive facts about this machine and build: recorded for diagnosis, never compared."""
+        """Descriptive facts about this machine and build: recorded for diagnosis; they key caches (probe
+        results, selftest outcomes) but never decide whether two engines are compatible (the probe does)."""
         return {
             "llama_cpp_python": package_version(),
             "system_info": system_info(),
             # which CPU kernels ran (a portable build picks a variant at load time) and their library's
-            # hash: the probe cache keys on it, so a native and a portable build never share probe hashes
+            # hash: the probe cache keys on this environment, so a native and a portable build never reuse
+            # each other's cached probe results (whether their bits agree is the probe's to say)
             "cpu_backend": cpu_backend().as_dict(),
             "cpu": cpu_model(),
             "machine": platform.machine(),

@@ -35,9 +35,7 @@ native_s=$(( SECONDS - t0 ))
 
 echo "== 2. emulated: qemu-x86_64 -cpu $CPU (expect llama.cpp's $VARIANT variant)"
 n_plain=$(qemu-x86_64 -cpu "$CPU" -strace "$BIN" --version 2>&1 | grep -c 'execve(' || true)
-n_ours=$(_PYI_ARCHIVE_FILE="$(realpath "$BIN")" _PYI_PARENT_PROCESS_LEVEL=0 \
-    LD_LIBRARY_PATH="$(dirname "$(realpath "$BIN")")/_internal" \
-    qemu-x86_64 -cpu "$CPU" -strace "$BIN" --version 2>&1 | grep -c 'execve(' || true)
+n_ours=$(QEMU_STRACE=1 "$here/run_emulated.sh" "$CPU" "$BIN" --version 2>&1 | grep -c 'execve(' || true)
 echo "bootloader restarts seen by qemu: $n_plain when started plainly (the rest would run natively), $n_ours through run_emulated.sh"
 [ "$n_ours" = 0 ] || { echo "bundle-check: the bootloader still re-executes itself under qemu" >&2; exit 1; }
 t0=$SECONDS

@@ -6,7 +6,7 @@ The same pinned llama-cpp-python source as the developer's .venv, built with
 GGML_NATIVE=OFF GGML_BACKEND_DL=ON GGML_CPU_ALL_VARIANTS=ON: the core libraries for baseline x86-64 and
 one CPU backend per CPU family (x64, sse42, sandybridge, ivybridge, piledriver, haswell, skylakex,
 cannonlake, cascadelake, icelake, cooperlake, zen4, alderlake, sapphirerapids), of which ggml loads the
-best for the CPU it runs on (engine/cpu_backend.py). About half an hour on 2 cores; the wheel is kept in
+best for the CPU it runs on (engine/cpu_backend.py). About 18 minutes on 2 cores; the wheel is kept in
 --wheel-dir with BUILD.json (the options and the wheel's SHA-256) and reused while the options match.
 
 ggml installs the per-CPU libraries into the wheel's `bin/` (its CMAKE_INSTALL_BINDIR), outside the
@@ -42,7 +42,17 @@ def relocate_backends(raw: Path, out: Path) -> list[str]:
     CPU variants now in the package."""
     moved: list[str] = []
     records: list[str] = []
-    with zipfile.ZipFile(raw) as src, zipfile.ZipFile(out.with_suffix(".tmp"), "w", zipfile.ZIP_DEFLATED) as dst:
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        _rewrite(raw, tmp, moved, records)
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return sorted(m.removeprefix("libggml-cpu-").removesuffix(".so") for m in moved if m.startswith("libggml-cpu-"))
+
+
+def _rewrite(raw: Path, dest: Path, moved: list[str], records: list[str]) -> None:
+    with zipfile.ZipFile(raw) as src, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as dst:
         record_name = next(n for n in src.namelist() if n.endswith(".dist-info/RECORD"))
         for info in src.infolist():
             if info.filename == record_name:
@@ -60,8 +70,6 @@ def relocate_backends(raw: Path, out: Path) -> list[str]:
             records.append(_record_line(name, data))
         records.append(f"{record_name},,")
         dst.writestr(record_name, "\n".join(records) + "\n")
-    out.with_suffix(".tmp").replace(out)
-    return sorted(m.removeprefix("libggml-cpu-").removesuffix(".so") for m in moved if m.startswith("libggml-cpu-"))
 
 
 def _sha256(path: Path) -> str:
@@ -88,7 +96,7 @@ def build(wheel_dir: Path) -> Path:
     env = dict(os.environ, CMAKE_ARGS=CMAKE_ARGS, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-binary", "llama-cpp-python"]
     cmd += ["--no-cache-dir", f"llama-cpp-python=={VERSION}", "-w", str(raw_dir)]
-    print(f"building llama-cpp-python {VERSION} with {CMAKE_ARGS} (about 30 min on 2 cores, once)", flush=True)
+    print(f"building llama-cpp-python {VERSION} with {CMAKE_ARGS} (about 18 min on 2 cores, once)", flush=True)
     t0 = time.time()
     subprocess.run(cmd, env=env, check=True)
     raw = next(raw_dir.glob("llama_cpp_python-*.whl"))
@@ -100,9 +108,14 @@ def build(wheel_dir: Path) -> Path:
 def finish(raw: Path, wheel_dir: Path, build_seconds: int) -> Path:
     """Move the backends of the freshly built wheel `raw` into place and record the build in BUILD.json."""
     out = wheel_dir / raw.name
-    variants = relocate_backends(raw, out)
-    if "x64" not in variants:
-        raise SystemExit(f"portable build: no per-CPU backends in {raw.name} (found {variants})")
+    part = wheel_dir / (raw.name + ".part")
+    try:
+        variants = relocate_backends(raw, part)
+        if "x64" not in variants:  # refused before it is where `make bundle` installs from
+            raise SystemExit(f"portable build: no per-CPU backends in {raw.name} (found {variants})")
+        part.replace(out)
+    finally:
+        part.unlink(missing_ok=True)
     info = {
         "version": VERSION,
         "cmake_args": CMAKE_ARGS,
@@ -122,7 +135,15 @@ def main() -> int:
         "--relocate", type=Path, help="a wheel built with CMAKE_ARGS by hand: only move its backends into place"
     )
     ap.add_argument("--build-seconds", type=int, default=0, help="with --relocate: how long its build took")
+    ap.add_argument("--path", action="store_true", help="only print the built wheel's path (exit 1 if none)")
     args = ap.parse_args()
+    if args.path:
+        wheel = cached(args.wheel_dir)
+        if wheel is None:
+            print(f"no portable wheel in {args.wheel_dir}: run this script without --path", file=sys.stderr)
+            return 1
+        print(wheel)
+        return 0
     args.wheel_dir.mkdir(parents=True, exist_ok=True)
     if args.relocate:
         finish(args.relocate, args.wheel_dir, args.build_seconds)

@@ -6,20 +6,32 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.util
 import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from kvgraft.engine.bindings import lib_dir
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGING = REPO / "packaging"
-sys.path.insert(0, str(PACKAGING))
 
-import bundle_size  # noqa: E402
-import portable_llama  # noqa: E402
+
+def _load(path: Path):
+    """A packaging script as a module, without putting packaging/ on sys.path (it holds the package
+    root packaging/kvgraft, which would hide the installed kvgraft's subpackages)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bundle_size = _load(PACKAGING / "bundle_size.py")
+portable_llama = _load(PACKAGING / "portable_llama.py")
+bundle_prune = _load(PACKAGING / "pyinstaller" / "bundle_prune.py")
 
 
 def _fake_app(folder: Path) -> None:
@@ -66,6 +78,20 @@ def test_install_puts_app_command_entry_and_icon_in_place_and_uninstall_removes_
     assert sorted(p.name for p in (home / ".local" / "lib").iterdir()) == ["kvgraft"]
     _run_install(rel, home, "--uninstall")
     assert not app.exists() and not link.is_symlink() and not entry.exists() and not icon.exists()
+
+
+def test_install_quotes_a_path_with_shell_characters_and_refuses_what_it_cannot_quote(tmp_path):
+    rel = _release_folder(tmp_path)
+    home = tmp_path / "R&D | team"
+    _run_install(rel, home)
+    entry = home / ".local" / "share" / "applications" / "kvgraft.desktop"
+    exec_line = next(line for line in entry.read_text().splitlines() if line.startswith("Exec="))
+    assert exec_line == f'Exec="{home}/.local/lib/kvgraft/kvgraft" %F'
+    bad = tmp_path / "cost $5"
+    env = {"HOME": str(bad), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run(["sh", str(rel / "install.sh")], env=env, capture_output=True, text=True)
+    assert r.returncode == 1 and "cannot quote" in r.stderr
+    assert not bad.exists(), "a refused install wrote something"
 
 
 def test_install_refuses_outside_a_release_folder(tmp_path):
@@ -132,6 +158,41 @@ def test_portable_wheel_backends_move_into_the_package_with_a_true_record(tmp_pa
     assert portable_llama.cached(out_dir) is None, "a changed wheel was reused"
 
 
+def test_prune_drops_the_cuts_unused_libraries_and_dangling_links_and_keeps_what_is_linked(tmp_path):
+    llama_lib = lib_dir()  # real ELF files: the .venv's llama.cpp libraries
+    fake = tmp_path / "fake"
+    fake.write_bytes(b"not elf")
+    binaries = [
+        ("llama_cpp/lib/libllama.so", str(llama_lib / "libllama.so"), "BINARY"),  # links libggml.so.0
+        ("llama_cpp/lib/libllama.so.0", str(llama_lib / "libllama.so"), "BINARY"),  # a wheel's duplicate
+        ("libggml.so.0", str(llama_lib / "libggml.so.0"), "BINARY"),  # needed by libllama: kept
+        ("libunused.so.1", str(llama_lib / "libggml.so.0"), "BINARY"),  # nothing links it: dropped
+        ("PySide6/Qt/plugins/platformthemes/libqgtk3.so", str(fake), "BINARY"),
+        ("_cffi_backend.cpython-311-x86_64-linux-gnu.so", str(fake), "EXTENSION"),
+    ]
+    datas = [
+        ("libllama.so.0", "llama_cpp/lib/libllama.so.0", "SYMLINK"),  # to a dropped duplicate
+        ("libggml.so", "libggml.so.0", "SYMLINK"),  # to a kept file
+        ("botocore/data/ec2/2016-11-15/service-2.json.gz", str(fake), "DATA"),
+        ("botocore/data/sts/2011-06-15/service-2.json.gz", str(fake), "DATA"),
+        ("botocore/data/s3/2006-03-01/service-2.json.gz", str(fake), "DATA"),
+        ("botocore/data/endpoints.json", str(fake), "DATA"),
+        ("PySide6/Qt/translations/qt_de.qm", str(fake), "DATA"),
+    ]
+    b, d = bundle_prune.prune(binaries, datas)
+    assert [x[0] for x in b] == [
+        "llama_cpp/lib/libllama.so",
+        "libggml.so.0",
+        "_cffi_backend.cpython-311-x86_64-linux-gnu.so",
+    ]
+    assert [x[0] for x in d] == [
+        "libggml.so",
+        "botocore/data/sts/2011-06-15/service-2.json.gz",
+        "botocore/data/s3/2006-03-01/service-2.json.gz",
+        "botocore/data/endpoints.json",
+    ]
+
+
 def test_a_wheel_without_cpu_variants_is_refused(tmp_path):
     raw = tmp_path / "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl"
     with zipfile.ZipFile(raw, "w") as z:
@@ -140,7 +201,7 @@ def test_a_wheel_without_cpu_variants_is_refused(tmp_path):
     (tmp_path / "out").mkdir()
     with pytest.raises(SystemExit, match="no per-CPU backends"):
         portable_llama.finish(raw, tmp_path / "out", 0)
-    assert not (tmp_path / "out" / "BUILD.json").exists()
+    assert list((tmp_path / "out").iterdir()) == [], "a refused wheel (or its temp file) was left to be installed"
 
 
 def test_bundle_size_parts(tmp_path):

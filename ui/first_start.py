@@ -53,9 +53,9 @@ class FirstStartDialog(QObject):
         d.setMaximum(max(1, total_mib))
         d.setValue(min(done_mib, total_mib))
         mb = (1 << 20) / 1e6
-        if done_mib >= total_mib:  # written and checked: the load (and the probe) follow before ready
+        if done_mib >= total_mib:  # written: the hash is compared, then the load (and the probe) follow
             d.setLabelText(
-                f"The embedded model is in place ({total_mib * mb:,.0f} MB, SHA-256 checked).\nLoading it..."
+                f"The embedded model is written ({total_mib * mb:,.0f} MB).\nChecking its SHA-256 and loading it..."
             )
         else:
             d.setLabelText(

@@ -143,7 +143,7 @@ def embedded_model_path(
         os.replace(tmp, target)
     except ModelStoreError:
         raise
-    except OSError as exc:
+    except (OSError, ImportError) as exc:  # ImportError: a chunk package is not installed
         raise ModelStoreError(f"could not assemble the embedded model into {target.parent}: {exc}") from exc
     finally:
         tmp.unlink(missing_ok=True)
