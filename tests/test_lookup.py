@@ -1,0 +1,71 @@
+"""Prompt-lookup drafts (engine/lookup.py): the n-gram index over the context and the accepted output,
+and which drafted tokens a verify call keeps. Pure Python: the same on every CPU."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kvgraft.engine.lookup import NgramIndex, accepted_prefix
+
+
+def naive_draft(seq: list[int], k: int, max_n: int) -> list[int]:
+    """The definition, by scanning: the longest suffix (max_n..1) found ending earlier, latest occurrence."""
+    end = len(seq)
+    for n in range(min(max_n, end), 0, -1):
+        suffix = seq[end - n :]
+        for at in range(end - 1, n - 1, -1):  # occurrence ending at `at` (exclusive), before the suffix itself
+            if seq[at - n : at] == suffix:
+                return seq[at : at + k]
+    return []
+
+
+def test_the_tokens_after_an_earlier_occurrence_are_drafted():
+    idx = NgramIndex([10, 11, 12, 13, 14, 15])
+    idx.extend([11, 12])
+    assert idx.draft(3) == [13, 14, 15]
+    assert idx.draft(1) == [13]
+    assert idx.draft(0) == []
+
+
+def test_the_longest_suffix_wins_over_a_more_recent_shorter_one():
+    # "7 8 9" is followed by 1 early on; "8 9" alone by 2 more recently: the 3-gram decides
+    idx = NgramIndex([7, 8, 9, 1, 5, 8, 9, 2, 6, 7, 8, 9], max_n=3)
+    assert idx.draft(1) == [1]
+    assert NgramIndex([7, 8, 9, 1, 5, 8, 9, 2, 6, 7, 8, 9], max_n=2).draft(1) == [2]
+
+
+def test_nothing_to_copy_drafts_nothing_and_the_suffix_never_matches_itself():
+    assert NgramIndex([1, 2, 3, 4]).draft(4) == []
+    assert NgramIndex([]).draft(4) == []
+    assert NgramIndex([5]).draft(4) == []
+    assert NgramIndex([5, 5]).draft(4) == [5]  # the earlier 5 was followed by a 5
+    idx = NgramIndex([1, 2, 3, 4, 2, 3])
+    assert idx.draft(4, min_n=3) == []  # "4 2 3" never occurred before
+    assert idx.draft(4, min_n=2) == [4, 2, 3]
+
+
+def test_the_index_agrees_with_the_definition_built_at_once_or_token_by_token():
+    rng = random.Random(7)
+    for trial in range(200):
+        seq = [rng.randrange(6) for _ in range(rng.randrange(1, 60))]
+        k, max_n = rng.randrange(1, 6), rng.randrange(1, 5)
+        whole = NgramIndex(seq, max_n=max_n)
+        grown = NgramIndex(max_n=max_n)
+        for i, t in enumerate(seq):
+            grown.extend([t])
+            assert grown.draft(k) == naive_draft(seq[: i + 1], k, max_n), (trial, seq[: i + 1])
+        assert whole.draft(k) == naive_draft(seq, k, max_n) == grown.draft(k)
+
+
+def test_a_wrong_draft_is_rejected_where_it_first_disagrees():
+    assert accepted_prefix([4, 5, 6], [4, 5, 6]) == 3
+    assert accepted_prefix([4, 5, 6], [4, 9, 6]) == 1  # 6 after a rejected 5 is not looked at
+    assert accepted_prefix([4, 5, 6], [7, 5, 6]) == 0
+    assert accepted_prefix([], [3]) == 0
+
+
+def test_max_n_must_be_positive():
+    with pytest.raises(ValueError):
+        NgramIndex([1, 2], max_n=0)
