@@ -8,8 +8,8 @@ occurrence ended; `draft(k)` looks up the longest suffix of the sequence that oc
 the up to k tokens that followed it there. One lookup costs O(max_n) dictionary probes, never a scan of
 the context, and `extend` indexes each new token in O(max_n).
 
-Pure Python, no llama.cpp: whether a draft is accepted is decided by the model (a verify call that reads
-the logits at every drafted position; not wired into the decode loop yet).
+Pure Python, no llama.cpp: whether a draft is accepted is decided by the model, in a verify call that reads
+the logits at every drafted position (engine/lookup_decode.py; not yet used by ask, chat or the server).
 """
 
 from __future__ import annotations
