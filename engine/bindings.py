@@ -8,6 +8,7 @@ what the user sees.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import threading
 from pathlib import Path
@@ -65,8 +66,10 @@ def lib_dir() -> Path:
     return Path(llama.__file__).resolve().parent / "lib"
 
 
+@functools.cache
 def cpu_backend() -> _cpu.CpuBackend:
-    """The CPU backend this process runs (engine/cpu_backend.py); starts the backend first."""
+    """The CPU backend this process runs (engine/cpu_backend.py); starts the backend first. Found once
+    per process (it reads /proc/self/maps and hashes the library), not once per Engine."""
     ensure_backend()
     return _cpu.current(lib_dir())
 

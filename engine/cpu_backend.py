@@ -20,7 +20,7 @@ import ctypes
 import hashlib
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import ModelLoadError
@@ -44,8 +44,8 @@ class CpuBackend:
     sha256: str
 
     def describe(self) -> str:
-        if self.kind == "dispatched" and self.variant is None:
-            return f"none loaded yet ({len(self.variants)} variants in the build)"
+        if self.kind == "dispatched" and self.variant is None:  # /proc/self/maps unreadable
+            return f"one of {len(self.variants)} variants (which one is not visible on this system)"
         if self.kind == "dispatched":
             return (
                 f"{self.variant} (chosen at load time among {len(self.variants)} variants: {', '.join(self.variants)})"
@@ -56,14 +56,8 @@ class CpuBackend:
     def from_dict(cls, d: dict) -> "CpuBackend":
         return cls(d["kind"], d["variant"], d["library"], tuple(d["variants"]), d["sha256"])
 
-    def as_dict(self) -> dict:
-        return {
-            "kind": self.kind,
-            "variant": self.variant,
-            "library": self.library,
-            "variants": list(self.variants),
-            "sha256": self.sha256,
-        }
+    def as_dict(self) -> dict:  # variants as a list: equal to the same dict read back from JSON
+        return {**asdict(self), "variants": list(self.variants)}
 
 
 def variant_name(path: str | Path) -> str | None:
@@ -104,7 +98,7 @@ def load_dispatched(lib_dir: Path) -> None:
 def _mapped_libraries() -> list[str]:
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:
-            return [line.split(None, 5)[5].strip() for line in fh if len(line.split(None, 5)) == 6]
+            return [f[5].strip() for f in (line.split(None, 5) for line in fh) if len(f) == 6]
     except OSError:
         return []
 
@@ -123,7 +117,7 @@ def current(lib_dir: Path) -> CpuBackend:
     loaded = next((m for m in mapped if variant_name(m)), None)
     if loaded is not None:
         return CpuBackend("dispatched", variant_name(loaded), Path(loaded).name, variants, _sha256(loaded))
-    if variants:  # a portable build whose variants are not loaded (yet)
+    if variants:  # a portable build, but the maps do not show which variant is loaded
         return CpuBackend("dispatched", None, "", variants, "")
     built_in = next((m for m in mapped if _BUILT_IN.search(m)), None)
     if built_in is None:

@@ -17,9 +17,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .bindings import llama
 from .errors import EngineError
 from .lookup import NgramIndex, accepted_prefix
+from .scoring import logits_row
 
 
 @dataclass
@@ -43,11 +43,7 @@ def feed(session, fed: Sequence[int], keep: int | None = None) -> tuple[list[int
         raise EngineError(f"a verify call feeds 1 to n_batch tokens (got {len(fed)})")
     before = session.n_past
     session._decode(fed, want_last_logits=True, logit_rows=slice(0, len(fed)))
-    n_vocab = session.engine.model.info.n_vocab
-    argmax = []
-    for i in range(len(fed)):
-        row = np.ctypeslib.as_array(llama.llama_get_logits_ith(session._ctx, i), shape=(n_vocab,))
-        argmax.append(int(np.argmax(row)))  # the first maximum: the lowest id on ties
+    argmax = [int(np.argmax(logits_row(session, i))) for i in range(len(fed))]  # first max: lowest id on ties
     kept = 1 + accepted_prefix(fed[1:], argmax[:-1]) if keep is None else keep
     if not 1 <= kept <= len(fed):
         raise EngineError(f"a verify call keeps 1 to {len(fed)} tokens (got {kept})")

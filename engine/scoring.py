@@ -16,6 +16,15 @@ from .errors import EngineError
 from .sampling import log_softmax
 
 
+def logits_row(session, i: int) -> np.ndarray:
+    """A view of the logits llama.cpp holds for row `i` of the session's last decode call (-1: the last
+    row); valid until the next decode. Rows exist only where that call asked for logits."""
+    ptr = llama.llama_get_logits_ith(session._ctx, i)
+    if not ptr:
+        raise EngineError("llama.cpp returned no logits")
+    return np.ctypeslib.as_array(ptr, shape=(session.engine.model.info.n_vocab,))
+
+
 def prefill_scored(session, tokens: Sequence[int], first: int = 1, end: int | None = None) -> np.ndarray:
     """Decode `tokens` like `prefill` (the same n_batch calls), asking llama.cpp for the logits at the
     positions that predict tokens[first:end] (and at the last position, as `prefill` does); returns
@@ -27,7 +36,6 @@ def prefill_scored(session, tokens: Sequence[int], first: int = 1, end: int | No
     if not 1 <= first < end <= n:
         raise EngineError(f"scoring needs at least two tokens and 1 <= first < end <= {n} (got {first}, {end})")
     tokens = session._fitting(tokens)
-    n_vocab = session.engine.model.info.n_vocab
     out = np.empty(end - first, dtype=np.float64)
     n_batch = session.engine.config.n_batch
     for start in range(0, n, n_batch):
@@ -35,7 +43,5 @@ def prefill_scored(session, tokens: Sequence[int], first: int = 1, end: int | No
         lo, hi = max(first - 1 - start, 0), min(end - 1 - start, len(chunk))  # rows predicting first..end-1
         session._decode(chunk, want_last_logits=start + len(chunk) == n, logit_rows=slice(lo, max(lo, hi)))
         for i in range(lo, hi):
-            ptr = llama.llama_get_logits_ith(session._ctx, i)
-            row = np.ctypeslib.as_array(ptr, shape=(n_vocab,))
-            out[start + i + 1 - first] = log_softmax(row)[tokens[start + i + 1]]
+            out[start + i + 1 - first] = log_softmax(logits_row(session, i))[tokens[start + i + 1]]
     return out

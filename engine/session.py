@@ -231,10 +231,7 @@ class Session:
         self._check()
         if not self._has_logits:
             raise EngineError("no logits: decode at least one token after a graft or reset")
-        ptr = llama.llama_get_logits_ith(self._ctx, -1)
-        if not ptr:
-            raise EngineError("llama.cpp returned no logits")
-        return np.ctypeslib.as_array(ptr, shape=(self.engine.model.info.n_vocab,)).copy()
+        return scoring.logits_row(self, -1).copy()
 
     # -- generation ----------------------------------------------------------------------------
     def generate(

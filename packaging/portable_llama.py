@@ -42,17 +42,7 @@ def relocate_backends(raw: Path, out: Path) -> list[str]:
     CPU variants now in the package."""
     moved: list[str] = []
     records: list[str] = []
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        _rewrite(raw, tmp, moved, records)
-        tmp.replace(out)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return sorted(m.removeprefix("libggml-cpu-").removesuffix(".so") for m in moved if m.startswith("libggml-cpu-"))
-
-
-def _rewrite(raw: Path, dest: Path, moved: list[str], records: list[str]) -> None:
-    with zipfile.ZipFile(raw) as src, zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as dst:
+    with zipfile.ZipFile(raw) as src, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
         record_name = next(n for n in src.namelist() if n.endswith(".dist-info/RECORD"))
         for info in src.infolist():
             if info.filename == record_name:
@@ -70,6 +60,7 @@ def _rewrite(raw: Path, dest: Path, moved: list[str], records: list[str]) -> Non
             records.append(_record_line(name, data))
         records.append(f"{record_name},,")
         dst.writestr(record_name, "\n".join(records) + "\n")
+    return sorted(m.removeprefix("libggml-cpu-").removesuffix(".so") for m in moved if m.startswith("libggml-cpu-"))
 
 
 def _sha256(path: Path) -> str:
