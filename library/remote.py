@@ -17,6 +17,7 @@ does not hold, whenever a push is killed.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import re
@@ -230,7 +231,7 @@ class S3BlobStore(ObjectStore):
         conditional write of the key still in flight) is retried: it says nothing about the outcome."""
         for attempt in range(6):
             try:
-                self._call(self.client.put_object, Key=key, Body=data, IfNoneMatch="*")
+                self._call(self.client.put_object, Key=key, Body=data, IfNoneMatch="*", ContentMD5=content_md5(data))
                 return True
             except RemoteError:
                 raise
@@ -242,12 +243,27 @@ class S3BlobStore(ObjectStore):
                 time.sleep(0.1 * 2**attempt)
         raise RemoteError(f"remote {self.spec.name!r}: {key} kept conflicting with another writer; try again")
 
+    def remove_damaged(self, sha256: str, size: int) -> None:
+        """Delete blob `sha256` if the remote holds it at a size other than `size` (a put cut off
+        mid-body, on a server that kept what it got). Only for a blob no manifest names: a blob is
+        otherwise never deleted or overwritten."""
+        have = self.stored_size(sha256)
+        if have is not None and have != size:
+            self._call(self.client.delete_object, Key=self.key(sha256))
+
     def put_if_match(self, key: str, data: bytes, etag: str | None) -> None:
         """Replace `key` only if its ETag is still `etag` (create it only if absent when None).
         Raises RemoteConflict when another writer got there first."""
         cond = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
         try:
-            self._call(self.client.put_object, Key=key, Body=data, ContentType="application/json", **cond)
+            self._call(
+                self.client.put_object,
+                Key=key,
+                Body=data,
+                ContentType="application/json",
+                ContentMD5=content_md5(data),
+                **cond,
+            )
         except RemoteError:
             raise
         except Exception as exc:
@@ -395,6 +411,11 @@ def check_index(index, name: str) -> None:
         for k, v in manifests.items()
     ):
         raise RemoteError(f"remote {name!r}: index.json's manifests are malformed")
+
+
+def content_md5(data: bytes) -> str:
+    """The Content-MD5 header of a put: a server that checks it refuses a body cut off on the way."""
+    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode("ascii")
 
 
 def entry_key(fingerprint: str, kind: str, tokens_sha256: str, blob_sha256: str, question, answer) -> str:

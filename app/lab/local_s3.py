@@ -79,7 +79,7 @@ class LocalS3:
             "-master.volumeSizeLimitMB=256",
             f"-volume.port={p['volume']}",
             f"-volume.port.grpc={p['volume.grpc']}",
-            "-volume.max=64",
+            "-volume.max=512",  # each bucket is a collection that grows its own volumes (sparse files)
             "-volume.preStopSeconds=0",
             f"-filer.port={p['filer']}",
             f"-filer.port.grpc={p['filer.grpc']}",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from kvgraft.library.errors import LibraryError, RemoteError
 from kvgraft.library.manifest import build_manifest
 from kvgraft.library.provenance import now
 from kvgraft.library.records import PACK_KINDS, Entry
-from kvgraft.library.remote import RemoteRepo, entry_key
+from kvgraft.library.remote import MANIFEST_ERRORS, RemoteRepo, entry_key
 from kvgraft.library.signing import public_identity, sign_manifest
 
 
@@ -73,6 +74,19 @@ def _summary(manifest_dict: dict, keys: list[str], signed_by: str | None, stored
         "bytes": sum(stored.values()),
         "published_at": now(),
     }
+
+
+def named_blobs(repo: RemoteRepo) -> set[str]:
+    """The blobs some manifest in the bucket names (published or not; one that does not parse names
+    none: verify --remote reports it)."""
+    out = set()
+    for sha in repo.manifest_shas():
+        try:
+            _, m, _ = repo.read_manifest(sha)
+        except MANIFEST_ERRORS:  # a RemoteError (the bucket out of reach) stops the push instead
+            continue
+        out.update(e.blob_sha256 for e in m.entries)
+    return out
 
 
 def recover_unpublished(repo: RemoteRepo, index: dict, present: set[str]) -> dict[str, dict]:
@@ -163,19 +177,34 @@ def push(
 
 
 def _upload_blobs(lib, repo: RemoteRepo, group: list[Entry], stored: dict, progress: Progress, workers: int) -> int:
-    """Every blob of `group` onto the remote (those it holds at the same size are not sent); the bytes sent."""
+    """Every blob of `group` onto the remote (those it holds at the same size are not sent); the bytes sent.
+
+    A blob the remote holds at another size is replaced only when no manifest in the bucket names it:
+    a put cut off mid-body (a killed push) on a server that kept what it received. One a manifest names
+    is damage a pull would meet: the push stops and says so."""
     by_sha = {e.blob_sha256: e for e in group}
     items = sorted(by_sha.items())
+    lock, named = threading.Lock(), []
+
+    def is_named(sha: str) -> bool:
+        with lock:  # read every manifest once, and only when a damaged blob is met
+            if not named:
+                named.append(named_blobs(repo))
+            return sha in named[0]
 
     def one(item) -> int:
         sha, e = item
         have = repo.blobs.stored_size(sha)
-        if have is not None:
-            if have != stored[sha]:
+        if have is not None and have != stored[sha]:
+            if is_named(sha):
                 raise RemoteError(
-                    f"remote {repo.spec.name!r} holds blob {sha[:16]}... at {have:,} bytes, not {stored[sha]:,}: "
-                    "it is damaged there and blobs are never overwritten; run kvgraft verify --remote"
+                    f"remote {repo.spec.name!r} holds blob {sha[:16]}... at {have:,} bytes, not {stored[sha]:,}, and "
+                    "a manifest names it: it is damaged there and such a blob is never overwritten; run kvgraft "
+                    "verify --remote"
                 )
+            repo.blobs.remove_damaged(sha, stored[sha])  # a stopped push's cut-off put: sent again below
+            have = None
+        if have is not None:
             return 0
         data = stored_checked(lib, e, stored[sha])  # checked against its address as it is read
         if repo.blobs.add_stored(sha, data):
