@@ -13,6 +13,7 @@ from .errors import ConfigError
 KV_TYPES = {"f32": 0, "f16": 1, "bf16": 30, "q8_0": 8, "q4_0": 2}
 QUANTIZED_KV = {"q8_0", "q4_0"}
 DEFAULT_N_CTX = 8192  # the context size when nobody chose one (CLI, app, engine)
+DEFAULT_LOOKUP, MAX_LOOKUP = 8, 32  # prompt-lookup drafts per verify call (measured: README, benchmarks)
 
 
 def physical_cores() -> int:
@@ -63,10 +64,11 @@ class EngineConfig:
     type_v: str = "f16"
     swa_full: bool = True
     seed: int = 0
+    lookup: int = DEFAULT_LOOKUP  # tokens drafted per verify call in greedy decoding; 0: one token per call
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_path", Path(self.model_path))
-        for name in ("n_ctx", "n_batch", "n_ubatch", "n_threads", "n_gpu_layers", "seed"):
+        for name in ("n_ctx", "n_batch", "n_ubatch", "n_threads", "n_gpu_layers", "seed", "lookup"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise ConfigError(f"{name} must be an integer, got {value!r}")
@@ -76,6 +78,8 @@ class EngineConfig:
             raise ConfigError(f"n_batch must be in 1..n_ctx ({self.n_ctx}), got {self.n_batch}")
         if not 1 <= self.n_ubatch <= self.n_batch:
             raise ConfigError(f"n_ubatch must be in 1..n_batch ({self.n_batch}), got {self.n_ubatch}")
+        if not 0 <= self.lookup <= MAX_LOOKUP:
+            raise ConfigError(f"lookup must be in 0..{MAX_LOOKUP} drafted tokens per call, got {self.lookup}")
         if self.n_threads < 1:
             raise ConfigError(f"n_threads must be at least 1, got {self.n_threads}")
         if self.n_gpu_layers < 0:

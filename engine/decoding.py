@@ -6,6 +6,14 @@ string (found across token boundaries: the text is searched, not the pieces), a 
 `on_token` raising `Cancelled` (the one cancel protocol: engine/errors.py). With `top_logprobs` set
 (0..20), each chosen token's log-probability, and the `top_logprobs` most likely, are recorded from
 the very logits it was chosen from.
+
+With `lookup` > 0 (greedy, no logprobs, stopping at end-of-generation), a chosen token is decoded
+together with up to `lookup` tokens guessed from the context (engine/lookup_decode.py: prompt-lookup
+drafts) in one verify call; the guesses the model's own argmax agrees with are its next choices,
+already decoded. Every choice still passes the same stop checks and `on_token` one by one, and where
+generation ends with guessed tokens decoded that plain decoding would not have decoded, they are
+trimmed, so the context holds exactly the tokens it would hold after plain decoding (`Generation.calls`
+says in which calls they were decoded: the schedule a replay repeats).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .errors import Cancelled, EngineError
+from .lookup_decode import Drafter
 from .sampling import GREEDY, MAX_TOP_LOGPROBS, Sampler, TokenLogprob, token_logprob
 
 # on_token(token_id, text_piece), after each token chosen: a Cancelled it raises ends the generation
@@ -29,6 +38,14 @@ class Generation:
     seconds: float = 0.0
     first_token_at: float | None = None  # time.perf_counter() when the first token was chosen
     logprobs: list[TokenLogprob] = field(default_factory=list)  # one per token in `tokens`, when asked for
+    # the calls that decoded the tokens this generation left in the context: 1 for a one-token decode,
+    # {"fed": [ids], "kept": n} for a verify call (logits at every fed position, the first n kept)
+    calls: list = field(default_factory=list)
+
+    @property
+    def decoded(self) -> int:
+        """How many tokens this generation decoded into the context."""
+        return sum(c if isinstance(c, int) else c["kept"] for c in self.calls)
 
 
 def generate(
@@ -39,6 +56,7 @@ def generate(
     stop_at_eog: bool = True,
     sampler: Sampler | None = None,
     top_logprobs: int | None = None,
+    lookup: int = 0,
 ) -> Generation:
     """Decode from `session`'s current logits (see the module doc). A `Cancelled` raised by `on_token`
     is not an error: generation stops and returns what was chosen so far (that token included, not
@@ -50,18 +68,29 @@ def generate(
     longest_stop = max((len(s) for s in stops), default=0)
     model = session.engine.model
     gen = Generation()
+    drafter = None
+    if lookup > 0 and sampler.params.greedy and top_logprobs is None and stop_at_eog:
+        drafter = Drafter(session, lookup, stops)
+    ahead: list[int] = []  # choices a verify call already made: ahead[0] is the next one
+    n_ahead = 0  # how many of `ahead` are decoded into the context already
     t0 = time.perf_counter()
     raw = b""
     text = ""
+    extra = 0  # a decoded-ahead token that ended generation before plain decoding would decode it
     while True:
         if len(gen.tokens) >= max_tokens:
             gen.stop_reason = "max_tokens"
             break
-        logits = session.logits()
-        tok = sampler.choose(logits)
+        logits = None
+        if ahead:
+            tok, decoded = ahead.pop(0), n_ahead > 0
+            n_ahead -= decoded
+        else:
+            logits = session.logits()
+            tok, decoded = sampler.choose(logits), False
         if gen.first_token_at is None:
             gen.first_token_at = time.perf_counter()
-        if stop_at_eog and model.is_eog(tok):
+        if stop_at_eog and model.is_eog(tok):  # drafts hold none: never a decoded-ahead one
             gen.stop_reason = "eog"
             break
         gen.tokens.append(tok)
@@ -76,20 +105,38 @@ def generate(
             hits = [(i, s) for s in stops if (i := text.find(s, start)) >= 0]
             if hits:
                 i, hit = min(hits)
-                gen.text = text[:i]
+                text = text[:i]
                 gen.stop_reason = f"stop:{hit}"
-                gen.seconds = time.perf_counter() - t0
-                return gen
+                extra = decoded
+                break
         if on_token is not None:
             try:
                 on_token(tok, piece.decode("utf-8", errors="replace"))
             except Cancelled:
                 gen.stop_reason = "callback"
+                extra = decoded
                 break
+        if decoded:
+            continue
         if session.n_past >= session.n_ctx:
             gen.stop_reason = "context_full"
             break
-        session.decode_one(tok)
+        if drafter is not None:
+            ahead, call = drafter.step(tok, room=max_tokens - len(gen.tokens))
+            n_ahead = max(0, len(ahead) - 1)
+            gen.calls.append(call)
+        else:
+            session.decode_one(tok)
+            gen.calls.append(1)
+    if n_ahead + extra:
+        _forget(session, gen.calls, n_ahead + extra)
     gen.text = text
     gen.seconds = time.perf_counter() - t0
     return gen
+
+
+def _forget(session, calls: list, n: int) -> None:
+    """Trim the last `n` decoded tokens, all from the last (verify) call, and record it as keeping fewer."""
+    last = calls[-1]
+    session.trim(session.n_past - n)
+    calls[-1] = {"fed": last["fed"], "kept": last["kept"] - n}

@@ -1,18 +1,18 @@
-"""Greedy decoding with prompt-lookup drafts, and the replay of its schedule (groundwork, issue 31).
+"""Prompt-lookup decoding: the verify call, the drafter the decode loop uses, and the replay of its calls.
 
-Each step feeds the chosen token and the tokens `NgramIndex.draft` guessed after it in ONE llama_decode
-call that reads the logits at every fed position, keeps the chosen token and the longest drafted prefix
-the model's own argmax agrees with, and removes the rest from the cache (`Session.trim`). The call's
-shape is part of the bits (a token's cells can differ with the batch it was decoded in), so every call
-is recorded as `{"fed": [...], "kept": n}`: `replay_calls` repeats them in a fresh context and must give
-the same cells and logits (tests/test_lookup_decode.py). Greedy only, lowest id on ties (as
-engine/decoding.py); drafts never hold an end-of-generation token, so one is never decoded into the
-context. Not yet used by ask, chat or the server: that, the receipts and `--check` are the next step.
+Each step of greedy decoding (engine/decoding.py, `lookup` > 0) feeds the chosen token and the tokens
+`NgramIndex.draft` guessed after it in ONE llama_decode call that reads the logits at every fed position,
+keeps the chosen token and the longest drafted prefix the model's own argmax agrees with, and removes the
+rest from the cache (`Session.trim`). The call's shape is part of the bits (a token's cells can differ
+with the batch it was decoded in), so every call is recorded as `{"fed": [...], "kept": n}` (the rejected
+ids too): `replay_calls` repeats them in a fresh context and must give the same cells and logits
+(tests/test_lookup_decode.py). Greedy only, lowest id on ties; drafts never hold an end-of-generation
+token, so one is never decoded into the context. Asking for logits at every position leaves the cells as
+a plain prefill makes them (tests/test_scoring.py measures it for scored prefills).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -21,17 +21,9 @@ from .errors import EngineError
 from .lookup import NgramIndex, accepted_prefix
 from .scoring import logits_row
 
-
-@dataclass
-class LookupGeneration:
-    tokens: list[int] = field(default_factory=list)
-    calls: list[dict] = field(default_factory=list)  # {"fed": [chosen, *draft], "kept": 1 + accepted}
-    stop_reason: str = ""
-    next_token: int | None = None  # the model's choice after the last kept token (not decoded)
-
-    @property
-    def tokens_per_call(self) -> float:
-        return len(self.tokens) / len(self.calls) if self.calls else 0.0
+MAX_N, MIN_N = 4, 2  # drafts follow the longest earlier occurrence of the last 4..2 tokens
+FIRST = 4  # the first draft's length (then doubled while all accepted, up to k)
+TRUST = 0.7  # draft only while at least this share of drafted tokens was accepted (the first draft always)
 
 
 def feed(session, fed: Sequence[int], keep: int | None = None) -> tuple[list[int], int]:
@@ -52,42 +44,75 @@ def feed(session, fed: Sequence[int], keep: int | None = None) -> tuple[list[int
     return argmax, kept
 
 
-def generate_lookup(session, index: NgramIndex, max_tokens: int, k: int = 8) -> LookupGeneration:
-    """Greedy decoding from the session's current logits with up to `k` drafted tokens per call; `index`
-    holds the context's tokens and receives each kept one. Stops at `max_tokens` or an end-of-generation
-    token (not decoded), like `Session.generate` with its defaults."""
-    model = session.engine.model
-    gen = LookupGeneration()
-    tok = int(np.argmax(session.logits()))
-    while True:
-        if len(gen.tokens) >= max_tokens:
-            gen.stop_reason = "max_tokens"
-            break
-        if model.is_eog(tok):
-            gen.stop_reason = "eog"
-            break
-        if session.n_past >= session.n_ctx:
-            gen.stop_reason = "context_full"
-            break
-        gen.tokens.append(tok)
-        index.extend([tok])
-        room = min(k, max_tokens - len(gen.tokens), session.n_ctx - session.n_past - 1)
-        draft = index.draft(room) if room > 0 else []
-        eog_at = next((i for i, d in enumerate(draft) if model.is_eog(d)), len(draft))
-        draft = draft[:eog_at]
-        argmax, kept = feed(session, [tok, *draft])
-        gen.calls.append({"fed": [tok, *draft], "kept": kept})
-        gen.tokens.extend(draft[: kept - 1])
-        index.extend(draft[: kept - 1])
-        tok = argmax[kept - 1]
-    gen.next_token = tok
-    return gen
+class Drafter:
+    """The drafting half of the decode loop (engine/decoding.py): an n-gram index over the session's
+    tokens when generation starts (the request's own context: grafted and prefilled alike) and each
+    token decoded since; `step` decodes a chosen token with its draft.
+
+    A drafted position costs llama.cpp a row of logits over the whole vocabulary (for the 270M model
+    about as much as the rest of the token: README, prompt lookup), so drafts are kept to what is
+    likely to be accepted: they end before a token holding the first character of a stop string (the
+    generation ends there and plain decoding would not decode it), the first is FIRST tokens long, the
+    length doubles (up to k) while every drafted token is accepted and falls to the accepted count when
+    one is not, and once fewer than TRUST of the drafted tokens were accepted nothing more is drafted
+    (tuned on the fresh set the README reports, scripts/prompt_lookup.py --sets fresh: not held out)."""
+
+    def __init__(self, session, k: int, stops=()) -> None:
+        self.session, self.k = session, k
+        self.index = NgramIndex(session.tokens, max_n=MAX_N)
+        model = session.engine.model
+        self.is_eog, self.token_bytes = model.is_eog, model.token_bytes
+        self.stop_starts = {s[0].encode("utf-8") for s in stops if s}
+        self.length = min(k, FIRST)  # the next draft's length
+        self.drafted = self.accepted = 0
+
+    def _draft(self, n: int) -> list[int]:
+        if self.accepted + 1 < TRUST * (self.drafted + 1):  # mostly rejected: drafts cost more than they save
+            return []
+        draft = self.index.draft(n, min_n=MIN_N)
+        for i, d in enumerate(draft):
+            if self.is_eog(d) or any(c in self.token_bytes(d) for c in self.stop_starts):
+                return draft[:i]
+        return draft
+
+    def step(self, tok: int, room: int) -> tuple[list[int], int | dict]:
+        """Decode `tok` and up to k drafted tokens (no more than `room` - 1, nor past the context) in one
+        call. Returns the choices known after it (the accepted drafted tokens, decoded, then the next
+        choice, not decoded) and the call as a schedule records it: 1 when nothing was drafted (a plain
+        one-token decode, choices []), else {"fed": [...], "kept": n}."""
+        s = self.session
+        self.index.extend([tok])
+        n = min(self.length, room - 1, s.n_ctx - s.n_past - 1, s.engine.config.n_batch - 1)
+        draft = self._draft(n) if n > 0 else []
+        if not draft:
+            s.decode_one(tok)
+            return [], 1
+        argmax, kept = feed(s, [tok, *draft])
+        self.index.extend(draft[: kept - 1])
+        self.drafted, self.accepted = self.drafted + len(draft), self.accepted + kept - 1
+        self.length = min(self.k, 2 * len(draft)) if kept - 1 == len(draft) else max(1, kept - 1)
+        return argmax[:kept], {"fed": [tok, *draft], "kept": kept}
 
 
-def replay_calls(session, calls: Sequence[dict]) -> list[int]:
-    """Repeat recorded verify calls in `session` (after the same context); returns the tokens kept."""
-    kept_tokens: list[int] = []
+def replay_calls(session, calls: Sequence, tokens: Sequence[int]) -> None:
+    """Decode `tokens` after what `session` holds in the recorded `calls`: an int n decodes the next n
+    tokens in one call (logits at the last), {"fed", "kept"} repeats a verify call, whose kept tokens
+    must be the next ones (EngineError otherwise: the schedule does not describe these tokens)."""
+    if sum(call_size(c) for c in calls) != len(tokens):
+        raise EngineError(f"the calls decode {sum(call_size(c) for c in calls)} tokens, not {len(tokens)}")
+    at = 0
     for call in calls:
-        _, kept = feed(session, call["fed"], keep=call["kept"])
-        kept_tokens.extend(call["fed"][:kept])
-    return kept_tokens
+        if isinstance(call, int):
+            session.prefill(tokens[at : at + call])
+            at += call
+            continue
+        kept = call["kept"]
+        if list(call["fed"][:kept]) != list(tokens[at : at + kept]):
+            raise EngineError(f"a verify call keeps other tokens than the ones at position {at}")
+        feed(session, call["fed"], keep=kept)
+        at += kept
+
+
+def call_size(call) -> int:
+    """How many tokens a recorded call left in the context."""
+    return call if isinstance(call, int) else call["kept"]

@@ -1,5 +1,6 @@
 """Prompt-lookup drafts (engine/lookup.py): the n-gram index over the context and the accepted output,
-and which drafted tokens a verify call keeps. Pure Python: the same on every CPU."""
+and which drafted tokens a verify call keeps; a schedule with verify calls, parsed and split. Pure Python:
+the same on every CPU."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import random
 
 import pytest
 
+from kvgraft.app.answer.chat import ChatError, reply_calls_start
+from kvgraft.app.proof.replay import parse_schedule
 from kvgraft.engine.lookup import NgramIndex, accepted_prefix
 
 
@@ -69,3 +72,30 @@ def test_a_wrong_draft_is_rejected_where_it_first_disagrees():
 def test_max_n_must_be_positive():
     with pytest.raises(ValueError):
         NgramIndex([1, 2], max_n=0)
+
+
+def test_a_schedule_records_verify_calls_and_refuses_malformed_ones():
+    """`then` holds plain call sizes and verify calls {"fed", "kept"}; anything else is a clear ValueError
+    before a replay feeds a token, and a turn's reply calls are found by the tokens they decoded."""
+    base = {"n_batch": 8, "n_ubatch": 8}
+    ok = parse_schedule({**base, "then": [3, {"fed": [5, 6, 7], "kept": 2}, 1]})
+    assert ok["then"] == [3, {"fed": [5, 6, 7], "kept": 2}, 1]
+    bad_calls = [
+        {"fed": [5, 6], "kept": 0},  # keeps nothing
+        {"fed": [5, 6], "kept": 3},  # keeps more than it fed
+        {"fed": [], "kept": 1},
+        {"fed": list(range(9)), "kept": 1},  # more than n_batch in one call
+        {"fed": [5, -1], "kept": 1},
+        {"fed": [5, True], "kept": 1},
+        {"fed": [5, 6], "kept": 1, "logits": "last"},  # an unknown field
+        0,
+        True,
+        "1",
+    ]
+    for call in bad_calls:
+        with pytest.raises(ValueError, match="call"):
+            parse_schedule({**base, "then": [call]})
+    calls = [700, 1, {"fed": [4, 5, 6], "kept": 3}, 1, {"fed": [9, 9], "kept": 1}]
+    assert reply_calls_start(calls, 6) == 1 and reply_calls_start(calls, 2) == 3
+    with pytest.raises(ChatError, match="do not end with"):
+        reply_calls_start(calls, 3)  # 3 tokens would split a verify call

@@ -1,13 +1,16 @@
 """Greedy decoding with prompt-lookup drafts on the real model (engine/lookup_decode.py): a lookup-decoded
-answer replays bit for bit in its recorded calls, and a wrong draft is rejected. Whether its tokens equal
+answer replays bit for bit in its recorded calls, a generation that ends inside accepted drafts leaves the
+context plain decoding would, and a wrong draft is rejected. Whether its tokens equal
 plain greedy's is not asserted (argmax near-ties can differ between batch shapes): it is counted."""
 
 from __future__ import annotations
 
 import hashlib
 
-from kvgraft.engine.lookup import NgramIndex
-from kvgraft.engine.lookup_decode import feed, generate_lookup, replay_calls
+import pytest
+
+from kvgraft.engine.errors import Cancelled, EngineError
+from kvgraft.engine.lookup_decode import feed, replay_calls
 
 CONTEXT = (
     "Inventory note. The spare parts shelf holds: 14 bolts, 9 washers, 31 hinges, 6 brackets.\n"
@@ -20,33 +23,71 @@ def _state_sha(session) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _replayed(engine, toks, gen) -> str:
+    """The state after `toks` prefilled and the generation's calls repeated in a fresh context."""
+    with engine.session() as s:
+        s.prefill(toks)
+        replay_calls(s, gen.calls, gen.tokens[: gen.decoded])
+        return _state_sha(s)
+
+
 def test_a_lookup_decoded_answer_replays_bit_for_bit_in_its_recorded_calls(engine):
     toks = engine.model.tokenize(CONTEXT, add_bos=True)
     with engine.session() as s:
         s.prefill(toks)
-        gen = generate_lookup(s, NgramIndex(toks), max_tokens=24, k=8)
+        gen = s.generate(24, lookup=8)
         after = _state_sha(s)
-        n_past = s.n_past
-    assert gen.tokens and gen.calls
-    assert sum(c["kept"] for c in gen.calls) == len(gen.tokens)
-    assert all(1 <= c["kept"] <= len(c["fed"]) for c in gen.calls)
-    assert n_past == len(toks) + len(gen.tokens)
-    with engine.session() as s:
+        assert s.tokens == toks + gen.tokens[: gen.decoded]
+    verify = [c for c in gen.calls if isinstance(c, dict)]
+    assert verify and any(c["kept"] > 1 for c in verify), "nothing was copied from the context"
+    assert all(1 <= c["kept"] <= len(c["fed"]) for c in verify)
+    assert gen.decoded == len(gen.tokens) and len(gen.calls) < len(gen.tokens)
+    assert _replayed(engine, toks, gen) == after, "the replay of the recorded calls made other cells"
+    with engine.session() as s:  # a schedule that does not describe the tokens is refused
         s.prefill(toks)
-        kept = replay_calls(s, gen.calls)
-        assert kept == gen.tokens
-        assert _state_sha(s) == after, "the replay of the recorded calls made other cells"
-        last = gen.calls[-1]
-    with engine.session() as s:  # and the choice after the last kept token, from the replayed logits
-        s.prefill(toks)
-        replay_calls(s, gen.calls[:-1])
-        argmax, _ = feed(s, last["fed"], keep=last["kept"])
-        assert argmax[last["kept"] - 1] == gen.next_token
+        wrong = list(gen.tokens[: gen.decoded])
+        first = next(i for i, c in enumerate(gen.calls) if isinstance(c, dict))
+        wrong[sum(c if isinstance(c, int) else c["kept"] for c in gen.calls[:first])] ^= 1
+        with pytest.raises(EngineError, match="other tokens"):
+            replay_calls(s, gen.calls, wrong)
     with engine.session() as s:  # plain greedy, one token per call: counted, not asserted equal
         s.prefill(toks)
-        plain = s.generate(len(gen.tokens)).tokens
-    differing = sum(a != b for a, b in zip(plain, gen.tokens, strict=False))
+        plain = s.generate(len(gen.tokens), lookup=0)
+    assert plain.calls == [1] * len(plain.tokens)
+    differing = sum(a != b for a, b in zip(plain.tokens, gen.tokens, strict=False))
     print(f"lookup: {len(gen.tokens)} tokens in {len(gen.calls)} calls; {differing} differ from plain greedy")
+
+
+@pytest.mark.parametrize("end", ["stop", "cancel"])
+def test_generation_ending_inside_accepted_drafts_leaves_what_plain_decoding_leaves(engine, end):
+    """A stop string or a cancel at a token a verify call already decoded: the tokens after it (and it)
+    are trimmed, the last call records fewer kept, and the replay of the calls makes the same cells."""
+    toks = engine.model.tokenize(CONTEXT, add_bos=True)
+    with engine.session() as s:
+        s.prefill(toks)
+        full = s.generate(24, lookup=8)
+    big = next(c for c in full.calls if isinstance(c, dict) and c["kept"] >= 3)
+    at = full.tokens.index(big["fed"][0]) + 1  # the second token of a long accepted run: decoded ahead
+    seen = []
+
+    def cancel(tok, piece):
+        seen.append(tok)
+        if len(seen) == at + 1:
+            raise Cancelled()
+
+    with engine.session() as s:
+        s.prefill(toks)
+        if end == "stop":
+            text = engine.model.detokenize(full.tokens[: at + 1])  # first whole at token `at`
+            gen = s.generate(24, stop=[text], lookup=8)
+        else:
+            gen = s.generate(24, on_token=cancel, lookup=8)
+        assert gen.stop_reason == ("callback" if end == "cancel" else f"stop:{text}")
+        assert len(gen.tokens) == at + 1 and isinstance(gen.calls[-1], dict)
+        # the stopping token is chosen, not decoded: the context holds the ones before it
+        assert s.tokens == toks + gen.tokens[:-1] and gen.decoded == len(gen.tokens) - 1
+        after = _state_sha(s)
+    assert _replayed(engine, toks, gen) == after
 
 
 def test_a_wrong_draft_is_rejected_and_leaves_only_the_chosen_token(engine):

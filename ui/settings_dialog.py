@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from kvgraft.app.core.runtime import KV_TYPE_NAMES, Settings
+from kvgraft.app.core.runtime import DEFAULT_LOOKUP, KV_TYPE_NAMES, Settings
 
 CONFIG_KEY = "config"  # the whole Settings as JSON (Settings.to_dict)
 
@@ -80,6 +80,10 @@ class SettingsDialog(QDialog):
         self.flash_attn = QCheckBox("on (changes the bits: entries made with it off are not grafted)")
         self.flash_attn.setChecked(settings.flash_attn)
         form.addRow("Flash attention", self.flash_attn)
+        self.lookup = QCheckBox("on (greedy answers check tokens guessed from the context, several per call)")
+        self.lookup.setChecked(settings.lookup > 0)
+        self.lookup.setToolTip("Prompt-lookup decoding: each call is recorded, so Check this turn replays it exactly.")
+        form.addRow("Prompt-lookup decoding", self.lookup)
         self.type_k, self.type_v = QComboBox(), QComboBox()
         for box, value in ((self.type_k, settings.type_k), (self.type_v, settings.type_v)):
             box.addItems(KV_TYPE_NAMES)
@@ -109,4 +113,5 @@ class SettingsDialog(QDialog):
             flash_attn=self.flash_attn.isChecked(),
             type_k=self.type_k.currentText(),
             type_v=self.type_v.currentText(),
+            lookup=(self.settings.lookup or DEFAULT_LOOKUP) if self.lookup.isChecked() else 0,
         )

@@ -70,6 +70,7 @@ class _Asked:
             wall_ms=(time.perf_counter() - self.t0) * 1e3,
             stop_reason=gen.stop_reason,
             ttft_ms=(gen.first_token_at - self.t0) * 1e3 if gen.first_token_at else None,
+            decode_calls=len(gen.calls),
             **fields,
         )
 

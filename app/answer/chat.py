@@ -18,10 +18,11 @@ from dataclasses import asdict, dataclass
 from kvgraft.app.answer.stream import TextFn, TextStream
 from kvgraft.app.proof.chat_format import ChatFormat
 from kvgraft.app.proof.receipt import SESSION_PROBE, Receipt
-from kvgraft.app.proof.replay import engine_for, prefill_in_schedule, schedule_of
+from kvgraft.app.proof.replay import decode_in_calls, engine_for, prefill_in_schedule, schedule_of
 from kvgraft.app.service import LibraryService, model_record
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.engine.errors import EngineError
+from kvgraft.engine.lookup_decode import call_size
 from kvgraft.engine.sampling import Sampler, SamplingParams
 from kvgraft.library.records import LOCAL, Entry
 from kvgraft.library.threads import Thread, Turn
@@ -56,6 +57,7 @@ class SayResult:
     stop_reason: str
     fallback: bool  # the template was not prefix-stable: the conversation was rendered again
     decode_ms: float = 0.0
+    decode_calls: int = 0  # llama_decode calls of the reply (fewer than tokens decoded: prompt lookup)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -182,7 +184,7 @@ class ChatService:
             calls.append(len(rest))
         before_schedule = {**schedule, "then": calls} if calls else {k: v for k, v in schedule.items() if k != "then"}
         decoded = len(kv) - len(target)
-        calls = calls + [1] * decoded
+        calls = calls + gen.calls  # one per decode call of the reply: 1, or a verify call of prompt lookup
         after_schedule = {**schedule, "then": calls} if calls else before_schedule
         entry, _ = self.library.add_entry(
             kind="session",
@@ -238,6 +240,7 @@ class ChatService:
             stop_reason=gen.stop_reason or "",
             fallback=fallback,
             decode_ms=round(gen.seconds * 1e3, 3),
+            decode_calls=len(gen.calls),
         )
 
     def regenerate(
@@ -265,7 +268,7 @@ class ChatService:
         if turn.decoded is None:
             raise ChatError(f"turn {n} was made before kvgraft recorded how many reply tokens it decoded")
         tokens, calls = turn.tokens, list(turn.schedule.get("then", []))
-        cut = len(calls) - turn.decoded
+        cut = reply_calls_start(calls, turn.decoded)
         before_schedule = {k: v for k, v in turn.schedule.items() if k != "then"}
         if calls[:cut]:
             before_schedule["then"] = calls[:cut]
@@ -275,8 +278,8 @@ class ChatService:
         with eng.session() as fresh:
             prefill_in_schedule(fresh, before, before_schedule)
             logits_equal = logits_sha256(fresh.logits()) == turn.logits_sha256
-            for tok in tokens[len(before) :]:
-                fresh.prefill([tok])
+            if turn.decoded:
+                decode_in_calls(fresh, tokens[len(before) :], calls[cut:])
             state = fresh.snapshot()
         stored = self.library.existing_entries([turn.entry_id]).get(turn.entry_id)
         state_equal = None if stored is None else state.sha256 == stored.blob_sha256
@@ -340,3 +343,14 @@ def thread_listing(library) -> list[dict]:
             }
         )
     return out
+
+
+def reply_calls_start(calls: list, decoded: int) -> int:
+    """Where a turn's reply calls begin in its schedule's `then`: the last calls that decoded `decoded` tokens."""
+    n, i = 0, len(calls)
+    while n < decoded and i > 0:
+        i -= 1
+        n += call_size(calls[i])
+    if n != decoded:
+        raise ChatError(f"the turn's recorded calls do not end with the {decoded} tokens of its reply")
+    return i

@@ -42,6 +42,7 @@ class AskResult:
     stored_answer: str | None = None  # a stored answer nobody vouched for (stated by its author)
     answer_ready: bool = False  # grafted the solution's answer-ready state (text + question but its last token)
     ttft_ms: float | None = None  # from the call to the first answer token
+    decode_calls: int | None = None  # llama_decode calls the answer took (fewer than tokens: prompt lookup)
     # how a fresh question was put: "qa-v1" (app/proof/prompts.py) or the model's template
     prompt_format: str = QA_FORMAT
     title: str | None = None  # "retrieved": the document's title

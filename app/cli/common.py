@@ -17,7 +17,7 @@ import click
 from kvgraft.app.core.model_store import ModelStoreError
 from kvgraft.app.core.paths import data_dir
 from kvgraft.app.core.runtime import Settings, open_engine
-from kvgraft.engine.config import DEFAULT_N_CTX, physical_cores
+from kvgraft.engine.config import DEFAULT_LOOKUP, DEFAULT_N_CTX, MAX_LOOKUP, physical_cores
 from kvgraft.engine.errors import EngineError
 from kvgraft.library.errors import IndexDatabaseError, LibraryError
 
@@ -88,6 +88,15 @@ def engine_options(f):
             "[default: 512, or --batch-size when smaller].",
         ),
         click.option(
+            "--lookup",
+            type=click.IntRange(0, MAX_LOOKUP),
+            default=DEFAULT_LOOKUP,
+            show_default=True,
+            help="Greedy decoding checks this many tokens guessed from the context in each call "
+            "(prompt-lookup decoding; every call is recorded, so replays stay exact).",
+        ),
+        click.option("--no-lookup", is_flag=True, help="Decode one token per call (the same as --lookup 0)."),
+        click.option(
             "--flash-attn/--no-flash-attn",
             default=False,
             show_default=True,
@@ -98,7 +107,7 @@ def engine_options(f):
         f = opt(f)
 
     @functools.wraps(f)
-    def wrapper(*args, model, n_ctx, threads, gpu_layers, n_batch, n_ubatch, flash_attn, **kwargs):
+    def wrapper(*args, model, n_ctx, threads, gpu_layers, n_batch, n_ubatch, lookup, no_lookup, flash_attn, **kwargs):
         settings = Settings(
             model=model,
             n_ctx=n_ctx,
@@ -107,6 +116,7 @@ def engine_options(f):
             flash_attn=flash_attn,
             n_batch=n_batch,
             n_ubatch=n_ubatch if n_ubatch is not None else min(512, n_batch),
+            lookup=0 if no_lookup else lookup,
         )
         return f(*args, state=CliState(settings), **kwargs)
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 from kvgraft.app.core.model_store import ModelStoreError, embedded_model_path, model_sha256
 from kvgraft.app.core.paths import model_dir
-from kvgraft.engine.config import DEFAULT_N_CTX, KV_TYPES, EngineConfig, physical_cores
+from kvgraft.engine.config import DEFAULT_LOOKUP, DEFAULT_N_CTX, KV_TYPES, MAX_LOOKUP, EngineConfig, physical_cores
 from kvgraft.engine.engine import Engine
 from kvgraft.engine.errors import ModelLoadError
 from kvgraft.engine.probe import ProbeCache
@@ -36,6 +36,7 @@ class Settings:
     type_v: str = "f16"
     n_batch: int = 512  # decide the bits on a GPU backend only (engine/engine.py, _config_bits)
     n_ubatch: int = 512
+    lookup: int = DEFAULT_LOOKUP  # prompt-lookup drafts per greedy verify call (0: off); not part of the bits
 
     def engine_fields(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "model"}
@@ -56,6 +57,8 @@ class Settings:
             v = raw[f.name]
             if f.name == "model":
                 values["model"] = Path(v) if isinstance(v, str) and v else None
+            elif f.name == "lookup" and not (type(v) is int and 0 <= v <= MAX_LOOKUP):
+                continue
             elif type(v) is type(getattr(defaults, f.name)):
                 values[f.name] = v
         return replace(defaults, **values)

@@ -7,8 +7,10 @@ was replayed that way has proof "replayed" (docs/exact-graft.md).
 
 The schedule (docs/exact-graft.md): one prefill of the tokens from position 0 in chunks of n_batch,
 llama.cpp splitting each chunk into n_ubatch micro-batches. An entry records the (n_batch,
-n_ubatch) it was made with; a replay uses the same (the CPU backend was measured to give the same
-bits across batch sizes, a GPU backend is not known to).
+n_ubatch) it was made with, and the calls after that prefill ("then": a chat turn's reply, one call
+per token or, with prompt-lookup decoding, verify calls {"fed", "kept"}); a replay uses the same
+(the CPU backend was measured to give the same bits across batch sizes, a GPU backend is not known
+to).
 """
 
 from __future__ import annotations
@@ -23,18 +25,42 @@ from kvgraft.app.proof.receipt import Receipt, probe_for
 from kvgraft.engine.compaction import canonicalize
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.engine.engine import Engine
+from kvgraft.engine.errors import EngineError
+from kvgraft.engine.lookup_decode import call_size, replay_calls
 from kvgraft.engine.state import parse_state
 
 
-def decode_in_calls(session, tokens: Sequence[int], calls: Sequence[int] | None = None) -> None:
-    """Decode `tokens` as the given consecutive calls (sizes), as one call when `calls` is None."""
+def decode_in_calls(session, tokens: Sequence[int], calls: Sequence | None = None) -> None:
+    """Decode `tokens` as the given consecutive calls, as one call when `calls` is None: an int is a
+    call of that many tokens, {"fed", "kept"} a verify call of prompt-lookup decoding (engine/lookup_decode.py)."""
     calls = list(calls) if calls else [len(tokens)]
-    if sum(calls) != len(tokens) or any(c < 1 for c in calls):
-        raise ValueError(f"decode calls {calls} do not split {len(tokens)} tokens")
-    start = 0
-    for c in calls:
-        session.prefill(tokens[start : start + c])
-        start += c
+    if sum(call_size(c) for c in calls) != len(tokens):
+        raise ValueError(f"decode calls of {sum(call_size(c) for c in calls)} tokens do not split {len(tokens)}")
+    try:
+        replay_calls(session, calls, tokens)
+    except EngineError as exc:
+        raise ValueError(f"the recorded decode calls do not describe these tokens: {exc}") from exc
+
+
+def _parse_call(c, n_batch: int):
+    """One recorded call: a positive size, or a verify call {"fed": [1..n_batch token ids], "kept": 1..len(fed)}."""
+    if isinstance(c, int) and not isinstance(c, bool) and c >= 1:
+        return c
+    if isinstance(c, dict) and set(c) == {"fed", "kept"}:
+        fed, kept = c["fed"], c["kept"]
+        if (
+            isinstance(fed, list)
+            and 1 <= len(fed) <= n_batch
+            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in fed)
+            and isinstance(kept, int)
+            and not isinstance(kept, bool)
+            and 1 <= kept <= len(fed)
+        ):
+            return {"fed": list(fed), "kept": kept}
+    raise ValueError(
+        f"a schedule's call {str(c)[:80]!r} is neither a positive size nor a verify call "
+        f"{{fed: 1..{n_batch} token ids, kept: 1..len(fed)}}"
+    )
 
 
 def schedule_of(engine: Engine) -> dict:
@@ -57,13 +83,9 @@ def parse_schedule(raw) -> dict | None:
     out = {"prefill": "chunks", "n_batch": raw["n_batch"], "n_ubatch": raw["n_ubatch"]}
     then = raw.get("then")
     if then is not None:
-        if (
-            not isinstance(then, list)
-            or not then
-            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in then)
-        ):
-            raise ValueError(f"a schedule's 'then' {str(then)[:80]!r} is not a list of positive call sizes")
-        out["then"] = list(then)
+        if not isinstance(then, list) or not then:
+            raise ValueError(f"a schedule's 'then' {str(then)[:80]!r} is not a list of calls")
+        out["then"] = [_parse_call(c, raw["n_batch"]) for c in then]
     return out
 
 
@@ -72,7 +94,7 @@ def prefill_in_schedule(
 ) -> None:
     """Decode `tokens` from position 0 the way `schedule` says: n_batch chunks, then the `then` calls."""
     then = (schedule or {}).get("then") or []
-    head = len(tokens) - sum(then)
+    head = len(tokens) - sum(call_size(c) for c in then)
     if head < 1:
         raise ValueError(f"a schedule's calls {then} leave nothing of {len(tokens)} tokens for the chunked prefill")
     session.prefill(tokens[:head], on_progress=on_progress)

@@ -206,7 +206,12 @@ def serve_job(cache: PromptCache, job: Job) -> None:
         check()
 
     try:
-        gen = session.generate(max_tokens, stop=job.stops, on_token=on_token, sampler=Sampler(job.sampling))
+        # drafts come from the request's own tokens (the session holds its prompt), so a request decodes in the
+        # same calls cold, warm or grafted; with logprobs asked for, one token per call (on_token reads the logits)
+        lookup = 0 if job.top_logprobs is not None else None
+        gen = session.generate(
+            max_tokens, stop=job.stops, on_token=on_token, sampler=Sampler(job.sampling), lookup=lookup
+        )
     except (EngineError, LibraryError) as exc:
         cache.close_session()
         log.warning("a request failed while decoding: %s", exc)
