@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from .errors import Cancelled, EngineError
-from .lookup_decode import Drafter
+from .lookup_decode import Drafter, call_size
 from .sampling import GREEDY, MAX_TOP_LOGPROBS, Sampler, TokenLogprob, token_logprob
 
 # on_token(token_id, text_piece), after each token chosen: a Cancelled it raises ends the generation
@@ -45,7 +45,7 @@ class Generation:
     @property
     def decoded(self) -> int:
         """How many tokens this generation decoded into the context."""
-        return sum(c if isinstance(c, int) else c["kept"] for c in self.calls)
+        return sum(map(call_size, self.calls))
 
 
 def generate(

@@ -98,8 +98,9 @@ def replay_calls(session, calls: Sequence, tokens: Sequence[int]) -> None:
     """Decode `tokens` after what `session` holds in the recorded `calls`: an int n decodes the next n
     tokens in one call (logits at the last), {"fed", "kept"} repeats a verify call, whose kept tokens
     must be the next ones (EngineError otherwise: the schedule does not describe these tokens)."""
-    if sum(call_size(c) for c in calls) != len(tokens):
-        raise EngineError(f"the calls decode {sum(call_size(c) for c in calls)} tokens, not {len(tokens)}")
+    total = sum(map(call_size, calls))
+    if total != len(tokens):
+        raise EngineError(f"the calls decode {total} tokens, not {len(tokens)}")
     at = 0
     for call in calls:
         if isinstance(call, int):

@@ -10,7 +10,7 @@ import hashlib
 import pytest
 
 from kvgraft.engine.errors import Cancelled, EngineError
-from kvgraft.engine.lookup_decode import feed, replay_calls
+from kvgraft.engine.lookup_decode import call_size, feed, replay_calls
 
 CONTEXT = (
     "Inventory note. The spare parts shelf holds: 14 bolts, 9 washers, 31 hinges, 6 brackets.\n"
@@ -47,7 +47,7 @@ def test_a_lookup_decoded_answer_replays_bit_for_bit_in_its_recorded_calls(engin
         s.prefill(toks)
         wrong = list(gen.tokens[: gen.decoded])
         first = next(i for i, c in enumerate(gen.calls) if isinstance(c, dict))
-        wrong[sum(c if isinstance(c, int) else c["kept"] for c in gen.calls[:first])] ^= 1
+        wrong[sum(map(call_size, gen.calls[:first]))] ^= 1
         with pytest.raises(EngineError, match="other tokens"):
             replay_calls(s, gen.calls, wrong)
     with engine.session() as s:  # plain greedy, one token per call: counted, not asserted equal

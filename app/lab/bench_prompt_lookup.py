@@ -35,17 +35,12 @@ SETS = ("recurring", "retrieved", "chat", "fresh")
 CHAT_ASK = "Repeat the first sentence of the text above, word for word."
 
 
-def _row(mode_results: dict) -> dict:
-    """One item: per mode its answer, decode tokens, decode calls and wall ms."""
-    out = {m: r for m, r in mode_results.items()}
-    out["differs"] = mode_results["plain"]["answer"] != mode_results["lookup"]["answer"]
-    return out
-
-
 def _both(k: int, run: Callable[[str], dict]) -> dict:
-    """`run(mode)` for both modes, plain first on even items and lookup first on odd ones."""
-    order = MODES if k % 2 == 0 else MODES[::-1]
-    return _row({m: run(m) for m in order})
+    """`run(mode)` for both modes (plain first on even items, lookup first on odd ones): per mode its answer,
+    decode tokens, decode calls and wall ms, and whether the answers differ."""
+    out = {m: run(m) for m in (MODES if k % 2 == 0 else MODES[::-1])}
+    out["differs"] = out["plain"]["answer"] != out["lookup"]["answer"]
+    return out
 
 
 def _summary(name: str, rows: list[dict]) -> dict:
