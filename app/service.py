@@ -12,9 +12,9 @@ from typing import Callable, Iterator
 
 from kvgraft.app.core.paths import data_dir
 from kvgraft.app.proof.checkers import check_name
-from kvgraft.app.proof.prompts import solution_text
 from kvgraft.app.proof.receipt import ANSWER_READY_PROBE, Receipt, probe_for
 from kvgraft.app.proof.replay import decode_in_calls, schedule_of
+from kvgraft.app.proof.solution_format import entry_tokens, stored_text
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.engine.engine import Engine
 from kvgraft.engine.errors import EngineError, FingerprintMismatch
@@ -96,7 +96,7 @@ class LibraryService:
         receipt = Receipt.read(e.receipt)
         if receipt is None:
             return
-        _, probe = probe_for(engine.model, e.kind, e.question)
+        _, probe = probe_for(engine.model, e.kind, e.question, e.text)
         if not receipt.is_for(probe):
             return
         try:
@@ -136,7 +136,7 @@ class LibraryService:
         if not text or not text.strip():
             raise EngineError("nothing to deposit: the text is empty")
         kind = kind or ("solution" if answer is not None else "document")
-        tokens = self.engine.model.tokenize(text)
+        tokens = entry_tokens(self.engine.model, kind, text)
         limit = self.engine.config.n_ctx - 64
         if len(tokens) > limit:
             raise EngineError(
@@ -145,7 +145,7 @@ class LibraryService:
         same = self.library.find_same(tokens_sha256(tokens), self.engine.fingerprint, kind, question, answer)
         if same is not None and same.damaged is None and same.proven:
             return DepositResult(same, False, 0.0)
-        ref = self.reference_run(tokens, kind, question, on_progress, answer_ready=kind == "solution")
+        ref = self.reference_run(tokens, kind, question, on_progress, answer_ready=kind == "solution", text=text)
         entry, created = self.library.add_entry(
             kind=kind,
             text=text,
@@ -176,12 +176,18 @@ class LibraryService:
         return DepositResult(entry, created, ref.prefill_s)
 
     def reference_run(
-        self, tokens: list[int], kind: str, question: str | None, on_progress, answer_ready: bool = False
+        self,
+        tokens: list[int],
+        kind: str,
+        question: str | None,
+        on_progress,
+        answer_ready: bool = False,
+        text: str | None = None,
     ) -> "ReferenceRun":
         """Prefill `tokens` in a new context (never the warm one), snapshot it, decode the kind's probe,
         then graft the snapshot and decode the probe again: the receipt compares the two logits."""
         limit = self.engine.config.n_ctx - 64
-        probe_text, probe = probe_for(self.engine.model, kind, question)
+        probe_text, probe = probe_for(self.engine.model, kind, question, text)
         # a solution's question is decoded as [all but its last token], [its last token]: the state in
         # between is the answer-ready state (kind "answer"), and both receipts share the fresh logits
         ready = answer_ready and bool(question) and len(probe) >= 2 and len(tokens) + len(probe) <= limit
@@ -269,7 +275,9 @@ class LibraryService:
         asked in other words than the stored question finds none."""
         if entry.kind != "solution" or not entry.question:
             return None
-        probe = suffix if suffix is not None else probe_for(self.engine.model, entry.kind, entry.question)[1]
+        probe = (
+            suffix if suffix is not None else probe_for(self.engine.model, entry.kind, entry.question, entry.text)[1]
+        )
         if len(probe) < 2:
             return None
         ready = self.library.find_same(
@@ -323,10 +331,11 @@ class LibraryService:
         on_progress=None,
         vouched_by: str | None = None,
     ) -> DepositResult:
-        """A solution stored in the format a small model reliably copies (app/proof/prompts.py); its answer
-        counts as verified only with `vouched_by`."""
+        """A solution stored in this model's format (app/proof/solution_format.py: the Q/A format a small
+        base model copies, or an instruct model's chat template); its answer counts as verified only with
+        `vouched_by`."""
         return self.deposit(
-            solution_text(question, solution, answer),
+            stored_text(self.engine.model, question, solution, answer),
             question=question,
             answer=answer,
             kind="solution",

@@ -32,6 +32,13 @@ from kvgraft.app.proof.checkers import CheckerFn, UnknownChecker, checker_for
 from kvgraft.app.proof.prompts import QA_FORMAT, ask_suffix, fresh_prompt
 from kvgraft.app.proof.receipt import Receipt
 from kvgraft.app.proof.replay import decode_in_calls
+from kvgraft.app.proof.solution_format import (
+    TURNS_FORMAT,
+    answer_decoding,
+    checked_part,
+    is_turns_text,
+    question_suffix,
+)
 from kvgraft.app.service import LibraryService
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.library.errors import BlobCorrupt, BlobMissing, BlobUnreadable
@@ -101,9 +108,12 @@ class _Stored:
             },
         )
 
-    def checked(self, answer: str, checker: CheckerFn | None = None) -> dict:
+    def checked(self, answer: str | None, checker: CheckerFn | None = None) -> dict:
+        """`answer` None: the answer states nothing a checker can read (no 'Answer: N' line): it fails."""
         check = checker or self.checker
-        ok = check(answer, self.verified_answer) if self.verified_answer is not None and check is not None else None
+        ok = None
+        if self.verified_answer is not None and check is not None:
+            ok = answer is not None and check(answer, self.verified_answer)
         return {"verified_answer": self.verified_answer, "answer_checked": ok, **self.words}
 
 
@@ -158,8 +168,9 @@ def ask(
 def _from_graft(asked: _Asked, entry, stored: _Stored) -> AskResult:
     """The library holds this question: graft its answer-ready state (decode one token) or its solution
     (decode the question suffix), compare with the receipt, and copy the answer to the newline."""
-    service = asked.service
-    suffix = service.engine.model.tokenize(ask_suffix(asked.question), add_bos=False)
+    service, model = asked.service, asked.service.engine.model
+    suffix = question_suffix(model, entry.text, asked.question)[1]  # Q/A, or an instruct model's next turn
+    budget, stop = answer_decoding(model, entry.text, GRAFT_ANSWER_TOKENS)
     ready = service.answer_ready(entry, suffix)  # None when asked in other words than the stored question
     with service.session() as s:
         g = None
@@ -174,7 +185,8 @@ def _from_graft(asked: _Asked, entry, stored: _Stored) -> AskResult:
         receipt = Receipt.read(ref.receipt)
         decode_in_calls(s, rest, receipt.calls_for(rest) if receipt else None)
         match = receipt.matches(rest, logits_sha256(s.logits())) if receipt else None
-        gen, answer = asked.decode(s, GRAFT_ANSWER_TOKENS, ["\n"])
+        gen, answer = asked.decode(s, budget, stop)
+    part = checked_part(model, entry.text, answer)
     return asked.result(
         gen,
         answer,
@@ -187,7 +199,8 @@ def _from_graft(asked: _Asked, entry, stored: _Stored) -> AskResult:
         receipt_match=match,
         proof=ref.proof,
         answer_ready=ready is not None,
-        **stored.checked(answer),
+        prompt_format=TURNS_FORMAT if is_turns_text(model, "solution", entry.text) else QA_FORMAT,
+        **stored.checked(part),
     )
 
 

@@ -1,5 +1,9 @@
 """`kvgraft solve`: the flywheel. Ask the library first, else work it out fresh; check; deposit what verifies.
 
+An instruct model is asked through its chat template and checked on its final 'Answer: N' line; a
+base model keeps the Q/A format (app/proof/solution_format.py). `--related` grafts the best sibling
+solution (same kind, other numbers) before asking again, and names it.
+
 `solve` returns a `SolveReport`; its `as_dict()` is `kvgraft solve --json`."""
 
 from __future__ import annotations
@@ -9,10 +13,13 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kvgraft.app.answer.ask import ask
+from kvgraft.app.answer.attempts import attempt, checked_answer
 from kvgraft.app.proof.checkers import get_checker
 from kvgraft.app.proof.problems import Problem
-from kvgraft.app.proof.prompts import fresh_prompt
+from kvgraft.app.proof.solution_format import uses_turns
 from kvgraft.app.service import LibraryService
+from kvgraft.library.records import Entry
+from kvgraft.library.retrieval import same_numbers
 
 
 @dataclass(frozen=True)
@@ -20,6 +27,7 @@ class RelatedTry:
     """A held-out problem asked again after grafting the best related proven solution."""
 
     entry_id: int
+    question: str  # the grafted solution's own problem (a sibling: other numbers)
     answer: str
     checked: bool
     decode_tokens: int
@@ -27,6 +35,7 @@ class RelatedTry:
     def as_dict(self) -> dict:
         return {
             "entry_id": self.entry_id,
+            "grafted_question": self.question,
             "answer": self.answer,
             "checked": self.checked,
             "decode_tokens": self.decode_tokens,
@@ -157,22 +166,31 @@ class SolveReport:
         return out
 
 
-def _with_related(service: LibraryService, p: Problem, budget: int) -> RelatedTry | None:
-    """Graft the best related proven solution (FTS), then ask the new question fresh after it."""
+def related_entry(service: LibraryService, question: str, budget: int) -> Entry | None:
+    """The best related proven solution for `question` (full-text search over stored questions): a sibling
+    of the same kind, never one stated with the very same numbers (that would copy its answer), and
+    one that fits the context with the question and the answer's budget."""
     engine, lib = service.engine, service.library
-    candidates = [e for e in lib.related(p.question, engine.fingerprint, limit=5) if e.kind == "solution"]
-    if not candidates:
+    for e in lib.related(question, engine.fingerprint, limit=5):
+        if e.kind != "solution" or same_numbers(question, e.question or ""):
+            continue
+        if e.n_tokens + 256 + budget <= engine.config.n_ctx:
+            return e
+    return None
+
+
+def _with_related(service: LibraryService, p: Problem, budget: int) -> RelatedTry | None:
+    """Graft the best related proven solution, then ask the new question fresh after it."""
+    best = related_entry(service, p.question, budget)
+    if best is None:
         return None
-    best = candidates[0]
-    prompt_rest = engine.model.tokenize("\n\n" + fresh_prompt(p.question), add_bos=False)
-    if best.n_tokens + len(prompt_rest) + budget > engine.config.n_ctx:
-        return None
-    with service.session() as s:
-        service.graft(s, best)
-        s.prefill(prompt_rest)
-        gen = s.generate(budget, stop=["\nQ:"])
-    ok = get_checker("final_number")(gen.text, p.answer)
-    return RelatedTry(best.id, gen.text.strip(), ok, len(gen.tokens))
+    a = attempt(service, p.question, p.answer, how="graft", entry=best, budget=budget, checker=p.checker)
+    return RelatedTry(best.id, best.question or best.title, a.text, a.checked, a.decode_tokens)
+
+
+def _fresh(service: LibraryService, p: Problem, budget: int):
+    """An instruct model's fresh attempt through its chat template, as an AskResult-like row source."""
+    return attempt(service, p.question, p.answer, how="fresh", budget=budget, checker=p.checker)
 
 
 def solve(
@@ -184,34 +202,46 @@ def solve(
     progress: Callable[[str, int, int], None] = lambda *a: None,
 ) -> SolveReport:
     rows = []
+    model = service.engine.model
+    turns = uses_turns(model)  # an instruct model: problems go through its chat template
     for i, p in enumerate(problems):
         t0 = time.perf_counter()
-        r = ask(service, p.question, budget=budget, retrieve=False)
-        if r.source == "graft":
-            checked = get_checker(p.checker)(r.answer, p.answer)
+        stored = service.library.find_question(p.question, service.engine.fingerprint)
+        if turns and (stored is None or not stored.graftable(service.engine.fingerprint)):
+            a = _fresh(service, p, budget)
+            source, entry_id, answer, checked, exact = "fresh", None, a.text, a.checked, None
+            decoded, prefilled, restored = a.decode_tokens, a.prefilled_tokens, 0
         else:
-            checked = get_checker("final_number" if p.checker == "numeric" else p.checker)(r.answer, p.answer)
+            r = ask(service, p.question, budget=budget, retrieve=False)
+            source, entry_id, answer, exact = r.source, r.entry_id, r.answer, r.exact
+            decoded, prefilled, restored = r.tokens_decoded, r.tokens_prefilled, r.tokens_restored
+            if turns:
+                checked = checked_answer(model, r.answer, p.answer, p.checker)[1]
+            elif r.source == "graft":
+                checked = get_checker(p.checker)(r.answer, p.answer)
+            else:
+                checked = get_checker("final_number" if p.checker == "numeric" else p.checker)(r.answer, p.answer)
         deposited = None
-        if r.source != "graft" and checked and deposit:
+        if source != "graft" and checked and deposit:
             # the model's own worked answer, confirmed by the checker, becomes verified knowledge
             dep = service.deposit_solution(
-                p.question, r.answer, p.answer, checker=p.checker, vouched_by=f"checker:{p.checker}"
+                p.question, answer, p.answer, checker=p.checker, vouched_by=f"checker:{p.checker}"
             )
             deposited = dep.entry.id
-        tried = related and r.source != "graft"
+        tried = related and source != "graft"
         rel = _with_related(service, p, budget) if tried else None
         rows.append(
             SolveRow(
                 id=p.id,
-                source=r.source,
-                entry_id=r.entry_id,
-                answer=r.answer,
+                source=source,
+                entry_id=entry_id,
+                answer=answer,
                 reference=p.answer,
                 checked=checked,
-                decode_tokens=r.tokens_decoded,
-                prefill_tokens=r.tokens_prefilled,
-                prefill_tokens_saved=r.tokens_restored,
-                exact=r.exact,
+                decode_tokens=decoded,
+                prefill_tokens=prefilled,
+                prefill_tokens_saved=restored,
+                exact=exact,
                 deposited=deposited,
                 wall_s=time.perf_counter() - t0,
                 tried_related=tried,

@@ -15,6 +15,7 @@ from kvgraft.app.cli.demo_cmd import demo
 from kvgraft.app.cli.engine_cmds import doctor, selftest
 from kvgraft.app.cli.keys_cmds import keys
 from kvgraft.app.cli.library_cmds import COMMANDS as LIBRARY_COMMANDS
+from kvgraft.app.cli.models_cmd import models
 from kvgraft.app.cli.pack_cmds import COMMANDS as PACK_COMMANDS
 from kvgraft.app.cli.remote_cmds import COMMANDS as REMOTE_COMMANDS
 from kvgraft.app.cli.serve_cmd import serve_cmd
@@ -44,6 +45,7 @@ cli.add_command(keys)
 cli.add_command(verify)
 cli.add_command(chat)
 cli.add_command(serve_cmd)
+cli.add_command(models)
 for _cmd in LIBRARY_COMMANDS + PACK_COMMANDS + REMOTE_COMMANDS + ANSWER_COMMANDS:
     cli.add_command(_cmd)
 

@@ -94,9 +94,17 @@ def solve(state, problems, budget, related, no_deposit, as_json) -> None:
         emit_json(out.as_dict())
         return
     for r in out.rows:
+        rel = ""
+        if r.related is not None:  # which sibling was grafted, and what the second try gave
+            rel = (
+                f"; with #{r.related.entry_id} grafted ({r.related.question[:48]}): "
+                f"{'ok' if r.related.checked else 'wrong'}, {r.related.decode_tokens} decode tokens"
+            )
+        elif r.tried_related:
+            rel = "; no related solution fitted"
         click.echo(
             f"{r.id:<12} {r.source:<6} {'ok' if r.checked else 'wrong':<5} {r.decode_tokens:>5} decode "
-            "tokens" + (f", {r.prefill_tokens_saved:,} prefill tokens saved" if r.prefill_tokens_saved else "")
+            "tokens" + (f", {r.prefill_tokens_saved:,} prefill tokens saved" if r.prefill_tokens_saved else "") + rel
         )
     click.echo(
         f"{out.problems} problems: {out.solved_from_library} solved from the library, {out.solved_fresh} "

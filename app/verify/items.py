@@ -27,7 +27,6 @@ from typing import Callable
 from kvgraft.app import __version__
 from kvgraft.app.answer.ask import GRAFT_ANSWER_TOKENS
 from kvgraft.app.proof.checkers import UnknownChecker, checker_for
-from kvgraft.app.proof.prompts import ask_suffix
 from kvgraft.app.proof.receipt import Receipt, probe_for
 from kvgraft.app.proof.replay import (
     engine_for,
@@ -36,6 +35,7 @@ from kvgraft.app.proof.replay import (
     prefill_in_schedule,
     signer_vouch,
 )
+from kvgraft.app.proof.solution_format import answer_decoding, checked_part, question_suffix
 from kvgraft.app.service import LibraryService
 from kvgraft.engine.compare import compare_logits
 from kvgraft.engine.errors import EngineError
@@ -145,7 +145,7 @@ def pack_items(reader: PackReader, pack_sha: str, trusted_signer: str | None = N
 
 def _probes(item: Item, model, samples: int) -> list[list[int]]:
     """Probe continuations: the entry's own question (or the document probe), then slices of its text."""
-    probes = [probe_for(model, item.kind, item.question)[1]]
+    probes = [probe_for(model, item.kind, item.question, item.text)[1]]
     words = item.text.split()
     for k in range(1, samples):
         start = (k * 7919) % max(1, len(words))
@@ -240,14 +240,16 @@ def verify_item(service: LibraryService, item: Item, replay: bool, samples: int)
         failures.append("fingerprint")  # not shown to make this engine's bits: --replay can show it
 
     if item.kind == "solution" and item.question and item.answer is not None and snap is not None and proven:
-        suffix = model.tokenize(ask_suffix(item.question), add_bos=False)
+        suffix = question_suffix(model, item.text, item.question)[1]
+        budget, stop = answer_decoding(model, item.text, GRAFT_ANSWER_TOKENS)
         with service.session() as s:
             s.graft(Snapshot(data, tuple(tokens), engine.fingerprint, item.blob_sha256), bytes_verified=True)
             s.prefill(suffix)
-            gen = s.generate(GRAFT_ANSWER_TOKENS, stop=["\n"])
+            gen = s.generate(budget, stop=stop)
         decoded = gen.text.strip()
+        part = checked_part(model, item.text, decoded)
         try:
-            ok, unknown = checker_for(item.checker)(decoded, item.answer), None
+            ok, unknown = part is not None and checker_for(item.checker)(part, item.answer), None
         except UnknownChecker as exc:  # an entry from a newer kvgraft: this entry fails, the batch goes on
             ok, unknown = False, str(exc)
         checks["answer"] = {
@@ -294,7 +296,7 @@ def record_proof(service: LibraryService, item: Item, result: dict) -> bool:
     ):
         return False
     first = c["probes"][0]
-    probe_text, probe = probe_for(service.engine.model, item.kind, item.question)
+    probe_text, probe = probe_for(service.engine.model, item.kind, item.question, item.text)
     receipt = Receipt.compared(
         probe_text, probe, first["fresh_logits_sha256"], first["graft_logits_sha256"], computed="verify --replay"
     )

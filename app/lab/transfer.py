@@ -1,0 +1,272 @@
+"""Held-out transfer: does a library of verified worked solutions make the model answer new problems,
+and what does each answer cost? (scripts/transfer.py)
+
+One worked solution per problem family is deposited (its answer computed by the family's program and
+checked before it is stored). Then, side by side for every held-out problem of those families (other
+numbers, other names), one after another in the same process:
+
+  (a) fresh: the problem alone;
+  (b) graft: the family's solution, found by the library's related search, grafted, the problem asked after it;
+  (c) prefill: the same solution's text prefilled in the schedule its state was computed in, the problem after it.
+
+(b) and (c) hold the same tokens decoded in the same calls, so their logits after the question must be
+SHA-256-equal: the graft changes the cost, not the answer. The recurring case asks the library's own
+problems, answered from their answer-ready states (`kvgraft ask`). Every number is measured in the run;
+the seed decides the problems, and nothing is tuned on the reported one.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kvgraft.app.answer.ask import ask
+from kvgraft.app.answer.attempts import Attempt, attempt, checked_answer
+from kvgraft.app.answer.solve import related_entry
+from kvgraft.app.lab.transfer_problems import FAMILIES, FamilyProblem, family_sets
+from kvgraft.app.proof.checkers import get_checker
+from kvgraft.app.proof.solution_format import final_answer
+from kvgraft.app.service import LibraryService
+
+VOUCHED_BY = "checker:numeric"  # each stored solution's final line is checked against the computed answer
+CONDITIONS = ("fresh", "graft", "prefill")
+
+
+@dataclass
+class Row:
+    problem: FamilyProblem
+    entry_id: int | None  # the solution the related search found (None: none fitted)
+    family_found: bool  # it is the family's own stored solution
+    attempts: dict[str, Attempt] = field(default_factory=dict)
+
+    @property
+    def logits_equal(self) -> bool | None:
+        b, c = self.attempts.get("graft"), self.attempts.get("prefill")
+        return None if b is None or c is None else b.logits_sha256 == c.logits_sha256
+
+    def as_dict(self) -> dict:
+        return {
+            "family": self.problem.family,
+            "question": self.problem.question,
+            "reference": self.problem.answer,
+            "entry_id": self.entry_id,
+            "family_found": self.family_found,
+            "logits_equal": self.logits_equal,
+            **{how: a.as_dict() for how, a in self.attempts.items()},
+        }
+
+
+@dataclass(frozen=True)
+class Recurring:
+    question: str
+    checked: bool
+    decode_tokens: int
+    wall_s: float
+    cpu_s: float
+    exact: bool | None
+    answer_ready: bool
+
+    def as_dict(self) -> dict:
+        return self.__dict__.copy()
+
+
+def summary(outcomes: list[tuple[bool, int, float, float]]) -> dict:
+    """(checked, decode tokens, wall s, cpu s) per answer -> the table's columns."""
+    n = len(outcomes)
+    correct = sum(o[0] for o in outcomes)
+    cpu = sum(o[3] for o in outcomes)
+    return {
+        "answers": n,
+        "correct": correct,
+        "accuracy": correct / n if n else None,
+        "decode_tokens_mean": sum(o[1] for o in outcomes) / n if n else None,
+        "wall_s_median": statistics.median(o[2] for o in outcomes) if n else None,
+        "wall_s_total": sum(o[2] for o in outcomes),
+        "cpu_s_total": cpu,
+        "cpu_s_per_correct": cpu / correct if correct else None,
+    }
+
+
+@dataclass
+class TransferReport:
+    model: str
+    seed: int
+    held_out_per_family: int
+    budget: int
+    deposits: list[dict]
+    recurring: list[Recurring]
+    rows: list[Row]
+    wall_s: float = 0.0
+
+    def table(self) -> dict:
+        out = {
+            how: summary(
+                [
+                    (a.checked, a.decode_tokens, a.wall_s, a.cpu_s)
+                    for r in self.rows
+                    if (a := r.attempts.get(how)) is not None
+                ]
+            )
+            for how in CONDITIONS
+        }
+        out["recurring"] = summary([(r.checked, r.decode_tokens, r.wall_s, r.cpu_s) for r in self.recurring])
+        return out
+
+    def facts(self) -> dict:
+        t = self.table()
+        fresh, graft, prefill = t["fresh"], t["graft"], t["prefill"]
+        pts = (
+            (graft["accuracy"] - fresh["accuracy"]) * 100
+            if graft["accuracy"] is not None and fresh["accuracy"] is not None
+            else None
+        )
+        cpu_ratio = (
+            fresh["cpu_s_per_correct"] / graft["cpu_s_per_correct"]
+            if fresh["cpu_s_per_correct"] and graft["cpu_s_per_correct"]
+            else None
+        )
+        return {
+            "held_out": len(self.rows),
+            "families": len({r.problem.family for r in self.rows}),
+            "family_found": sum(r.family_found for r in self.rows),
+            "logits_equal": sum(bool(r.logits_equal) for r in self.rows),
+            "accuracy_points_graft_over_fresh": pts,
+            "wall_median_graft_over_prefill": (
+                graft["wall_s_median"] / prefill["wall_s_median"] if prefill["wall_s_median"] else None
+            ),
+            "cpu_per_correct_fresh_over_graft": cpu_ratio,
+        }
+
+    def as_dict(self) -> dict:
+        return {
+            "model": self.model,
+            "seed": self.seed,
+            "held_out_per_family": self.held_out_per_family,
+            "budget": self.budget,
+            "wall_s": self.wall_s,
+            "facts": self.facts(),
+            "table": self.table(),
+            "deposits": self.deposits,
+            "recurring": [r.as_dict() for r in self.recurring],
+            "rows": [r.as_dict() for r in self.rows],
+        }
+
+
+def _deposit(service: LibraryService, p: FamilyProblem) -> dict:
+    """Store a family's worked solution, vouched by the checker only if its final line is the computed answer."""
+    stated = final_answer(p.solution)
+    if stated is None or not get_checker("numeric")(stated, p.answer):
+        raise ValueError(f"the {p.family} solution does not end with its answer {p.answer}")
+    t0, c0 = time.perf_counter(), time.process_time()
+    dep = service.deposit_solution(p.question, p.solution, p.answer, vouched_by=VOUCHED_BY)
+    receipt = dep.entry.receipt or {}
+    return {
+        "family": p.family,
+        "entry_id": dep.entry.id,
+        "question": p.question,
+        "tokens": dep.entry.n_tokens,
+        "receipt_equal": receipt.get("graft_logits_sha256") == receipt.get("fresh_logits_sha256"),
+        "wall_s": time.perf_counter() - t0,
+        "cpu_s": time.process_time() - c0,
+    }
+
+
+def run_transfer(
+    service: LibraryService,
+    seed: int = 1,
+    held_out: int = 5,
+    budget: int = 320,
+    families: list[str] | None = None,
+    progress: Callable[[str], None] = lambda msg: None,
+) -> TransferReport:
+    t_start = time.perf_counter()
+    stored, held = family_sets(seed, held_out)
+    if families:
+        unknown = set(families) - set(FAMILIES)
+        if unknown:
+            raise ValueError(f"unknown families {sorted(unknown)}; known: {', '.join(FAMILIES)}")
+        stored = [p for p in stored if p.family in families]
+        held = [p for p in held if p.family in families]
+    model = service.engine.model
+    deposits = []
+    for p in stored:
+        deposits.append(_deposit(service, p))
+        progress(f"stored the {p.family} solution as #{deposits[-1]['entry_id']} ({deposits[-1]['tokens']} tokens)")
+    by_family = {d["family"]: d["entry_id"] for d in deposits}
+    recurring = []
+    for p in stored:
+        c0 = time.process_time()
+        r = ask(service, p.question, budget=budget, retrieve=False)
+        recurring.append(
+            Recurring(
+                p.question,
+                checked_answer(model, r.answer, p.answer)[1],
+                r.tokens_decoded,
+                r.wall_ms / 1e3,
+                time.process_time() - c0,
+                r.exact,
+                bool(r.answer_ready),
+            )
+        )
+        progress(f"recurring {p.family}: {'ok' if recurring[-1].checked else 'wrong'}, {r.source}, exact {r.exact}")
+    rows = []
+    for i, p in enumerate(held):
+        e = related_entry(service, p.question, budget)
+        row = Row(p, e.id if e else None, e is not None and e.id == by_family.get(p.family))
+        row.attempts["fresh"] = attempt(service, p.question, p.answer, "fresh", budget=budget)
+        if e is not None:
+            row.attempts["graft"] = attempt(service, p.question, p.answer, "graft", e, budget)
+            row.attempts["prefill"] = attempt(service, p.question, p.answer, "prefill", e, budget)
+        rows.append(row)
+        marks = " ".join(f"{how} {'ok' if a.checked else 'wrong'}" for how, a in row.attempts.items())
+        progress(f"[{i + 1}/{len(held)}] {p.family}: {marks}; logits (b)=(c): {row.logits_equal}")
+    return TransferReport(
+        model=service.engine.model.info.name,
+        seed=seed,
+        held_out_per_family=held_out,
+        budget=budget,
+        deposits=deposits,
+        recurring=recurring,
+        rows=rows,
+        wall_s=time.perf_counter() - t_start,
+    )
+
+
+def markdown(report: TransferReport) -> str:
+    """The side-by-side table and the facts the targets are read from."""
+    t, f = report.table(), report.facts()
+
+    def pct(x):
+        return "-" if x is None else f"{100 * x:.0f} %"
+
+    def num(x, fmt="{:.1f}"):
+        return "-" if x is None else fmt.format(x)
+
+    lines = [
+        "| answer | problems | correct | accuracy | decode tokens (mean) | wall s (median) | CPU s per correct |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    names = {
+        "fresh": "(a) held-out, fresh",
+        "graft": "(b) held-out, family's solution grafted",
+        "prefill": "(c) held-out, same solution prefilled",
+        "recurring": "recurring: the library's own problems",
+    }
+    for key in ("fresh", "graft", "prefill", "recurring"):
+        s = t[key]
+        lines.append(
+            f"| {names[key]} | {s['answers']} | {s['correct']} | {pct(s['accuracy'])} | "
+            f"{num(s['decode_tokens_mean'], '{:.0f}')} | {num(s['wall_s_median'])} | {num(s['cpu_s_per_correct'])} |"
+        )
+    lines += [
+        "",
+        f"{f['held_out']} held-out problems in {f['families']} families; the related search found the family's "
+        f"solution for {f['family_found']}; logits after the question SHA-256-equal in (b) and (c): "
+        f"{f['logits_equal']} of {f['held_out']}.",
+        f"accuracy (b) - (a): {num(f['accuracy_points_graft_over_fresh'], '{:+.0f}')} points; "
+        f"median wall (b)/(c): {num(f['wall_median_graft_over_prefill'], '{:.2f}')}; "
+        f"CPU s per correct answer (a)/(b): {num(f['cpu_per_correct_fresh_over_graft'], '{:.1f}')}x.",
+    ]
+    return "\n".join(lines)
