@@ -3,6 +3,7 @@
 
     .venv/bin/kvgraft models fetch qwen2.5-coder-1.5b        (once: `make models`)
     .venv/bin/python scripts/transfer.py [--seed 1] [--held-out 5] [--budget 320] [--json PATH]
+    .venv/bin/python scripts/transfer.py --report docs/bench/transfer-seed1.json   (a saved run's table again)
 
 The known instruct model (default) or --model PATH, the default engine settings, a library in a
 temporary directory. Prints the side-by-side Markdown table (the README quotes it) and the facts the
@@ -32,7 +33,11 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=320, help="decode tokens per answer at most")
     ap.add_argument("--families", default=None, help="comma-separated subset of the families")
     ap.add_argument("--json", type=Path, default=None, help="write the whole report here")
+    ap.add_argument("--report", type=Path, default=None, help="print the table of a saved --json run (no model)")
     args = ap.parse_args()
+    if args.report is not None:
+        show(json.loads(args.report.read_text()))
+        return
     engine = open_engine(Settings(model=Path(args.model)), on_progress=lambda m: print(m, file=sys.stderr))
     say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="kvgraft-transfer-") as tmp:
@@ -47,15 +52,20 @@ def main() -> None:
                 progress=say,
             )
         lib.close()
-    cfg = engine.config
-    print(
-        f"model {report.model}, seed {report.seed}, {report.held_out_per_family} held out per family, budget "
-        f"{report.budget} tokens, n_ctx {cfg.n_ctx}, {cfg.n_threads} threads, lookup {cfg.lookup}; "
-        f"whole run {report.wall_s / 60:.1f} min"
-    )
-    print(markdown(report))
+    d = report.as_dict()
     if args.json:
-        args.json.write_text(json.dumps(report.as_dict(), indent=1))
+        args.json.write_text(json.dumps(d, indent=1))
+    show(d)
+
+
+def show(d: dict) -> None:
+    cfg = d.get("settings") or {}
+    where = ", ".join(f"{k} {v}" for k, v in cfg.items())
+    print(
+        f"model {d['model']}, seed {d['seed']}, {d['held_out_per_family']} held out per family, budget {d['budget']} "
+        f"tokens{', ' + where if where else ''}; whole run {d['wall_s'] / 60:.1f} min"
+    )
+    print(markdown(d))
 
 
 if __name__ == "__main__":

@@ -121,3 +121,19 @@ def test_cli_lists_and_fetches(synthetic, model_cache):
     assert "checked" in r.stdout and (model_cache / m.file_name).is_file()
     r = run(cli, ["models", "fetch", "no-such-model"])
     assert r.exit_code == 3 and "no known model" in r.output
+
+
+def test_the_window_lists_a_fetched_known_model(qtbot, synthetic, tmp_path):
+    from kvgraft.ui.model_picker import ModelPicker
+
+    m, _ = synthetic
+    picker = ModelPicker()
+    qtbot.addWidget(picker)
+    picker.populate(None, tmp_path / "no-models")
+    titles = [picker.itemText(i) for i in range(picker.count())]
+    assert m.title not in titles  # not fetched yet
+    path = reg.fetch(m, install=False)
+    picker.populate(path, tmp_path / "no-models")
+    titles = [picker.itemText(i) for i in range(picker.count())]
+    assert titles.count(m.title) == 1 and path.name not in titles  # once, by its title
+    assert picker.itemData(picker.currentIndex()) == str(path)

@@ -141,3 +141,17 @@ def test_solve_related_grafts_a_sibling_and_names_it(service):
     assert rows["own"].source == "graft" and rows["own"].exact is True
     assert rows["new"].source == "fresh" and rows["new"].related.question == stored[0].question
     assert len(FAMILIES) >= 6
+
+
+def test_the_transfer_run_finds_every_family_and_compares_every_pair(service):
+    from kvgraft.app.lab.transfer import markdown, run_transfer
+
+    report = run_transfer(service, seed=3, held_out=1, budget=6).as_dict()
+    f = report["facts"]
+    assert f["held_out"] == len(FAMILIES) and f["families"] == len(FAMILIES)
+    assert f["family_found"] == f["held_out"]  # the related search picked each problem's own family
+    assert f["logits_equal"] == f["held_out"]  # (b) and (c): the same bits before the answer
+    assert all(d["receipt_equal"] for d in report["deposits"])
+    assert all(r["answer_ready"] and r["exact"] for r in report["recurring"])
+    text = markdown(report)
+    assert "(c) held-out, same solution prefilled" in text and f"{f['held_out']} of {f['held_out']}" in text

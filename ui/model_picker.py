@@ -1,4 +1,5 @@
-"""The model picker: the embedded model, the GGUF files in the data dir's models folder, "Add model...".
+"""The model picker: the embedded model, the known models fetched into the model cache (`kvgraft models
+fetch`), the GGUF files in the data dir's models folder, "Add model...".
 
 Choosing one only says which; the window checks the file's header first (app/core/gguf_check.py: a file
 that is not a usable GGUF is refused and nothing changes) and the engine thread loads it, with progress.
@@ -10,6 +11,8 @@ from pathlib import Path
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QWidget
+
+from kvgraft.app.core.model_registry import fetched_known_models
 
 EMBEDDED = "Gemma 3 270M (embedded)"
 ADD = "Add model..."
@@ -33,11 +36,16 @@ class ModelPicker(QComboBox):
         self.blockSignals(True)
         self.clear()
         self.addItem(EMBEDDED, "")
+        known = fetched_known_models()  # `kvgraft models fetch NAME`: in the model cache, by title
+        for title, path in known:
+            self.addItem(title, str(path))
         paths = sorted(folder.glob("*.gguf")) if folder.is_dir() else []
-        if current is not None and Path(current) not in paths:
+        listed = {p for _, p in known}
+        if current is not None and Path(current) not in paths and Path(current) not in listed:
             paths.append(Path(current))
         for p in paths:
-            self.addItem(p.name, str(p))
+            if p not in listed:
+                self.addItem(p.name, str(p))
         self.addItem(ADD, None)
         self._current = str(current) if current else ""
         self.setCurrentIndex(max(0, self.findData(self._current)))

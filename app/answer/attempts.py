@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from kvgraft.app.proof.checkers import get_checker
 from kvgraft.app.proof.prompts import fresh_prompt
 from kvgraft.app.proof.replay import prefill_in_schedule
-from kvgraft.app.proof.solution_format import final_answer, fresh_tokens, question_suffix, uses_turns
+from kvgraft.app.proof.solution_format import final_answer, fresh_tokens, is_turns_text, question_suffix, uses_turns
 from kvgraft.app.service import LibraryService
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.library.records import Entry
@@ -46,12 +46,14 @@ class Attempt:
 
 def _question_tokens(model, question: str, entry: Entry | None) -> tuple[list[int], list[str]]:
     """The tokens that ask `question` (after `entry`, when given) and the stop strings of the answer."""
-    if uses_turns(model):
-        if entry is None:
-            return fresh_tokens(model, question), []
-        return question_suffix(model, entry.text, question, kind="turns")[1], []
     if entry is None:
-        return model.tokenize(fresh_prompt(question)), ["\nQ:"]
+        return (
+            (fresh_tokens(model, question), [])
+            if uses_turns(model)
+            else (model.tokenize(fresh_prompt(question)), ["\nQ:"])
+        )
+    if is_turns_text(model, "solution", entry.text):  # the template's next user turn
+        return question_suffix(model, entry.text, question)[1], []
     return model.tokenize("\n\n" + fresh_prompt(question), add_bos=False), ["\nQ:"]
 
 

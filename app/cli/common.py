@@ -54,6 +54,7 @@ def engine_options(f):
             "model",
             type=click.Path(dir_okay=False, path_type=Path),
             default=None,
+            metavar="FILE|NAME",
             help="GGUF model file or a known model (`kvgraft models list`). Default: the embedded Gemma 3 270M.",
         ),
         click.option(

