@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -100,9 +101,14 @@ def test_loading_by_name_checks_the_hash_first(synthetic, model_cache):
         resolve_model_path(Settings(model=m.name))
     path = reg.fetch(m, install=False)
     assert resolve_model_path(Settings(model=m.name)) == path.resolve()
+    st = path.stat()
+    time.sleep(0.05)  # later than the fetch by more than the kernel's coarse timestamp tick
     data = bytearray(path.read_bytes())
-    data[100] ^= 0xFF  # altered after the fetch, same size
-    path.write_bytes(bytes(data))
+    data[100] ^= 0xFF  # altered in place after the fetch: same size, same inode, the mtime set back
+    with path.open("r+b") as fh:
+        fh.write(bytes(data))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_ino == st.st_ino
     with pytest.raises(ModelLoadError, match=f"is not {m.name}"):
         resolve_model_path(Settings(model=m.name))
     with pytest.raises(ModelLoadError, match=f"is not {m.name}"):  # by its path too

@@ -10,19 +10,21 @@ from __future__ import annotations
 import pytest
 
 from kvgraft.app.answer.ask import ask
-from kvgraft.app.answer.attempts import attempt
+from kvgraft.app.answer.attempts import attempt, checked_answer
 from kvgraft.app.answer.solve import related_entry, solve
 from kvgraft.app.core.model_store import model_sha256
 from kvgraft.app.lab.transfer_problems import FAMILIES, family_sets
 from kvgraft.app.packs.export import export_pack
 from kvgraft.app.packs.imports import import_pack
 from kvgraft.app.proof.problems import Problem
-from kvgraft.app.proof.prompts import solution_text
+from kvgraft.app.proof.prompts import QA_FORMAT, solution_text
 from kvgraft.app.proof.replay import expected_tokens
 from kvgraft.app.proof.solution_format import (
     TURNS_FORMAT,
+    checked_part,
     entry_tokens,
     final_answer,
+    is_turns_text,
     question_suffix,
     stored_text,
     user_text,
@@ -66,6 +68,34 @@ def service(chatml, tmp_path):
 )
 def test_final_answer_reads_the_last_answer_line(text, expected):
     assert final_answer(text) == expected
+
+
+def test_an_answer_line_is_what_passes(chatml):
+    text = stored_text(chatml.model, Q, SOLUTION, "640")
+    assert checked_part(chatml.model, text, "Each day -15.\n700 - 60 = 640.\nAnswer: 640") == "640"
+    assert checked_part(chatml.model, text, "so it holds 640 boxes") is None  # no 'Answer:' line: nothing passes
+    assert checked_answer("steps 12\nAnswer: 640", "640", turns=True) == ("640", True)
+    assert checked_answer("steps 640\nAnswer: 12", "640", turns=True) == ("12", False)
+    assert checked_answer("it is \\boxed{640}", "640", turns=True) == (None, False)
+    assert checked_answer("so 12 + 628 = 640", "640", turns=False)[1] is True  # Q/A: the last number
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        solution_text(Q, SOLUTION, "640"),  # the Q/A format, from an older library or pack
+        "Notes on the depot: it ends at 640 boxes.",  # a solution deposited in free form
+        "<|im_start|>user\nhi<|im_end|>\n",  # control-token strings, but not a stored exchange
+    ],
+)
+def test_other_solution_texts_on_a_template_model_stay_plain(service, text):
+    m = service.engine.model
+    assert not is_turns_text(m, "solution", text)
+    assert entry_tokens(m, "solution", text) == m.tokenize(text)  # control-token strings stay plain text
+    e = service.deposit(text, question=Q, answer="640", kind="solution", vouched_by="you").entry
+    assert e.receipt["probe"] == f"\nQ: {Q}\nA:"
+    r = ask(service, Q)
+    assert r.source == "graft" and r.exact is True and r.prompt_format == QA_FORMAT
 
 
 def test_the_base_model_keeps_the_qa_format(engine):
@@ -140,7 +170,6 @@ def test_solve_related_grafts_a_sibling_and_names_it(service):
     rows = {r.id: r for r in out.rows}
     assert rows["own"].source == "graft" and rows["own"].exact is True
     assert rows["new"].source == "fresh" and rows["new"].related.question == stored[0].question
-    assert len(FAMILIES) >= 6
 
 
 def test_the_transfer_run_finds_every_family_and_compares_every_pair(service):

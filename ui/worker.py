@@ -187,7 +187,7 @@ class EngineWorker(QObject, WorkerOps, RemoteOps):
 
     @Slot(str, str, str)
     def deposit_solution(self, question: str, solution: str, answer: str) -> None:
-        """An answer the user confirmed, stored in the format the model copies from (app/proof/prompts.py)."""
+        """An answer the user confirmed, stored in this model's solution format (app/proof/solution_format.py)."""
         self._deposit(
             lambda svc, progress: svc.deposit_solution(
                 question, solution, answer, on_progress=progress, vouched_by="you"

@@ -167,10 +167,11 @@ def ask(
 
 def _from_graft(asked: _Asked, entry, stored: _Stored) -> AskResult:
     """The library holds this question: graft its answer-ready state (decode one token) or its solution
-    (decode the question suffix), compare with the receipt, and copy the answer to the newline."""
+    (decode the question suffix), compare with the receipt, and copy the answer to the newline (Q/A), or let
+    an instruct model work it out after its verified example, up to the budget (template format)."""
     service, model = asked.service, asked.service.engine.model
     suffix = question_suffix(model, entry.text, asked.question)[1]  # Q/A, or an instruct model's next turn
-    budget, stop = answer_decoding(model, entry.text, GRAFT_ANSWER_TOKENS)
+    budget, stop = answer_decoding(model, entry.text, GRAFT_ANSWER_TOKENS, asked.budget)
     ready = service.answer_ready(entry, suffix)  # None when asked in other words than the stored question
     with service.session() as s:
         g = None
@@ -234,17 +235,20 @@ def _from_solution(asked: _Asked) -> AskResult | None:
     if k is None:
         return None
     best, e = ranked[k], ranked[k].entry
-    suffix = service.engine.model.tokenize(ask_suffix(asked.question), add_bos=False)
-    if e.n_tokens + len(suffix) + GRAFT_ANSWER_TOKENS > service.engine.config.n_ctx:
+    model = service.engine.model
+    suffix = question_suffix(model, e.text, asked.question)[1]  # the stored solution's own format
+    budget, stop = answer_decoding(model, e.text, GRAFT_ANSWER_TOKENS, asked.budget)
+    if e.n_tokens + len(suffix) + budget > service.engine.config.n_ctx:
         return None
     others = [ranked_dict(r) for i, r in enumerate(ranked) if i != k]
     return _retrieved(
         asked,
         e,
         suffix,
-        GRAFT_ANSWER_TOKENS,
+        budget,
         best,
         others,
+        stop=stop,
         stored_answer=e.answer,
         matched_verified_by=e.vouched_by if e.verified else None,
         matched_question=e.question,
@@ -283,13 +287,13 @@ def _from_reading(asked: _Asked, ranked: list) -> tuple[AskResult | None, Verdic
     ), verdict
 
 
-def _retrieved(asked: _Asked, entry, suffix, budget, best, runners_up, **extra) -> AskResult:
+def _retrieved(asked: _Asked, entry, suffix, budget, best, runners_up, stop=("\n",), **extra) -> AskResult:
     """Graft the retrieved entry at its own positions (exact), prefill the question after it, answer
-    up to the newline."""
+    up to the newline (or `stop`)."""
     with asked.service.session() as s:
         g = asked.service.graft(s, entry)
         s.prefill(suffix)
-        gen, answer = asked.decode(s, budget, ["\n"])
+        gen, answer = asked.decode(s, budget, list(stop))
     return _retrieved_result(asked, gen, answer, entry, g, suffix, best, runners_up, **extra)
 
 

@@ -44,26 +44,28 @@ class Attempt:
         return asdict(self)
 
 
-def _question_tokens(model, question: str, entry: Entry | None) -> tuple[list[int], list[str]]:
+def turns_answer(model, entry: Entry | None) -> bool:
+    """Whether an attempt's answer is an instruct model's worked answer ending in 'Answer: N': fresh on a
+    model with a usable chat template, or after a template-format solution."""
+    return uses_turns(model) if entry is None else is_turns_text(model, "solution", entry.text)
+
+
+def question_tokens(model, question: str, entry: Entry | None) -> tuple[list[int], list[str]]:
     """The tokens that ask `question` (after `entry`, when given) and the stop strings of the answer."""
+    if turns_answer(model, entry):
+        return (fresh_tokens(model, question) if entry is None else question_suffix(model, entry.text, question)[1]), []
     if entry is None:
-        return (
-            (fresh_tokens(model, question), [])
-            if uses_turns(model)
-            else (model.tokenize(fresh_prompt(question)), ["\nQ:"])
-        )
-    if is_turns_text(model, "solution", entry.text):  # the template's next user turn
-        return question_suffix(model, entry.text, question)[1], []
+        return model.tokenize(fresh_prompt(question)), ["\nQ:"]
     return model.tokenize("\n\n" + fresh_prompt(question), add_bos=False), ["\nQ:"]
 
 
-def checked_answer(model, text: str, reference: str, checker: str = "numeric") -> tuple[str | None, bool]:
-    """(what the checker read, whether it passed) for a worked answer to a problem."""
-    if uses_turns(model):
+def checked_answer(text: str, reference: str, turns: bool, checker: str = "numeric") -> tuple[str | None, bool]:
+    """(what the checker read, whether it passed) for a worked answer to a problem: an instruct model's
+    final 'Answer: ...' line (`turns`; none: not passed), else the last number in the text."""
+    if turns:
         part = final_answer(text)
-        return part, part is not None and get_checker("numeric" if checker == "final_number" else checker)(
-            part, reference
-        )
+        check = get_checker("numeric" if checker == "final_number" else checker)
+        return part, part is not None and check(part, reference)
     check = get_checker("final_number" if checker in ("numeric", "final_number") else checker)
     return text, check(text, reference)
 
@@ -83,7 +85,7 @@ def attempt(
     if (how == "fresh") != (entry is None):
         raise ValueError("a grafted or prefilled attempt needs its entry, a fresh one none")
     model = service.engine.model
-    rest, stop = _question_tokens(model, question, entry)
+    rest, stop = question_tokens(model, question, entry)
     before = entry.n_tokens if entry is not None else 0
     if before + len(rest) + budget > service.engine.config.n_ctx:
         raise ValueError(f"{before + len(rest) + budget:,} tokens do not fit this context: raise --n-ctx")
@@ -100,7 +102,7 @@ def attempt(
         sha = logits_sha256(s.logits())
         gen = s.generate(budget, stop=stop)
     text = gen.text.strip()
-    part, ok = checked_answer(model, text, reference, checker)
+    part, ok = checked_answer(text, reference, turns_answer(model, entry), checker)
     return Attempt(
         how=how,
         entry_id=entry.id if entry is not None else None,

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kvgraft.app.answer.ask import ask
-from kvgraft.app.answer.attempts import attempt, checked_answer
+from kvgraft.app.answer.attempts import attempt, checked_answer, question_tokens
 from kvgraft.app.proof.checkers import get_checker
 from kvgraft.app.proof.problems import Problem
-from kvgraft.app.proof.solution_format import uses_turns
+from kvgraft.app.proof.solution_format import checked_part, uses_turns
 from kvgraft.app.service import LibraryService
 from kvgraft.library.records import Entry
 from kvgraft.library.retrieval import same_numbers
@@ -174,7 +174,7 @@ def related_entry(service: LibraryService, question: str, budget: int) -> Entry 
     for e in lib.related(question, engine.fingerprint, limit=5):
         if e.kind != "solution" or same_numbers(question, e.question or ""):
             continue
-        if e.n_tokens + 256 + budget <= engine.config.n_ctx:
+        if e.n_tokens + len(question_tokens(engine.model, question, e)[0]) + budget <= engine.config.n_ctx:
             return e
     return None
 
@@ -215,10 +215,11 @@ def solve(
             r = ask(service, p.question, budget=budget, retrieve=False)
             source, entry_id, answer, exact = r.source, r.entry_id, r.answer, r.exact
             decoded, prefilled, restored = r.tokens_decoded, r.tokens_prefilled, r.tokens_restored
-            if turns:
-                checked = checked_answer(model, r.answer, p.answer, p.checker)[1]
-            elif r.source == "graft":
-                checked = get_checker(p.checker)(r.answer, p.answer)
+            if r.source == "graft":  # the stored solution's format says how its answer reads
+                part = checked_part(model, stored.text, r.answer)
+                checked = part is not None and get_checker(p.checker)(part, p.answer)
+            elif turns:
+                checked = checked_answer(r.answer, p.answer, True, p.checker)[1]
             else:
                 checked = get_checker("final_number" if p.checker == "numeric" else p.checker)(r.answer, p.answer)
         deposited = None

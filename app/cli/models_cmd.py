@@ -15,6 +15,7 @@ def models() -> None:
 
 @models.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON on stdout.")
+@handle_errors
 def list_models(as_json: bool) -> None:
     """The known models, whether each is fetched, and where."""
     rows = [m.as_dict() for m in KNOWN.values()]

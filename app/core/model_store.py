@@ -6,7 +6,8 @@ checked against its published SHA-256 and renamed into place atomically, then re
 data dir. Nothing is downloaded.
 
 Hashing 250 MB at every start is waste, so file SHA-256s are cached in `sha256-cache.json` in the
-model cache, keyed by absolute path and invalidated by size or mtime.
+model cache, keyed by absolute path and invalidated by size, inode, mtime or ctime (a write in place
+changes the ctime even when the mtime is set back).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def _store_cache(cache_path: Path, cache: dict) -> None:
 
 
 def model_sha256(path: Path) -> str:
-    """SHA-256 of a model file, cached by (absolute path, size, mtime_ns)."""
+    """SHA-256 of a model file, cached by (absolute path, size, inode, mtime_ns, ctime_ns)."""
     path = Path(path).resolve()
     try:
         st = path.stat()
@@ -84,12 +85,19 @@ def model_sha256(path: Path) -> str:
     cache = _load_cache(cache_path)
     key = str(path)
     hit = cache.get(key)
-    if isinstance(hit, dict) and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
+    stamp = _stamp(st)
+    if isinstance(hit, dict) and all(hit.get(k) == v for k, v in stamp.items()):
         return hit["sha256"]
     digest = sha256_file(path)
-    cache[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+    cache[key] = {**stamp, "sha256": digest}
     _store_cache(cache_path, cache)
     return digest
+
+
+def _stamp(st: os.stat_result) -> dict:
+    """What says a file is unchanged since it was hashed: size, inode, mtime and ctime (a write changes
+    the ctime even when the mtime is set back)."""
+    return {"size": st.st_size, "ino": st.st_ino, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns}
 
 
 def assemble_chunks(
@@ -101,7 +109,7 @@ def assemble_chunks(
     try:
         total = sum(c.stat().st_size for c in chunks)
     except OSError as exc:
-        raise ModelStoreError(f"a chunk of the embedded model is missing: {exc.filename}") from exc
+        raise ModelStoreError(f"a chunk of the model is missing: {exc.filename}") from exc
     h, done = hashlib.sha256(), 0
     try:
         with dest.open("wb") as out:
@@ -117,8 +125,8 @@ def assemble_chunks(
             os.fsync(out.fileno())
         if h.hexdigest() != expected_sha256:
             raise ModelStoreError(
-                f"the assembled model's SHA-256 is {h.hexdigest()}, the package publishes {expected_sha256}: "
-                "reinstall the model package"
+                f"the assembled model's SHA-256 is {h.hexdigest()}, its packages publish {expected_sha256}: "
+                "reinstall its packages"
             )
     except BaseException:
         dest.unlink(missing_ok=True)
@@ -163,8 +171,7 @@ def put_in_place(
 
 def remember_sha256(path: Path, digest: str) -> None:
     """Record a file's SHA-256 (just computed while it was written) in the hash cache."""
-    st = path.stat()
     cache_path = model_dir() / CACHE_FILE
     cache = _load_cache(cache_path)
-    cache[str(path.resolve())] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+    cache[str(path.resolve())] = {**_stamp(path.stat()), "sha256": digest}
     _store_cache(cache_path, cache)

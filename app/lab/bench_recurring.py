@@ -20,8 +20,8 @@ import numpy as np
 from kvgraft.app.answer.ask import ask
 from kvgraft.app.core.textgen import synthetic_text
 from kvgraft.app.lab.starter_problems import GENERATOR
-from kvgraft.app.proof.prompts import ask_suffix, solution_text
 from kvgraft.app.proof.receipt import Receipt
+from kvgraft.app.proof.solution_format import entry_tokens, question_suffix, stored_text
 from kvgraft.app.service import LibraryService
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.engine.engine import Engine
@@ -59,10 +59,12 @@ def recurring_table(rows: list[dict]) -> str:
 
 
 def solution_of(model, n_tokens: int) -> str:
-    """A worked solution whose stored text (app/prompts.solution_text) is exactly `n_tokens` tokens."""
+    """A worked solution whose stored text (this model's format: app/proof/solution_format.py) is exactly
+    `n_tokens` tokens."""
 
     def size(words: int, tail: str) -> int:
-        return len(model.tokenize(solution_text(QUESTION, synthetic_text(words, seed=n_tokens) + tail, ANSWER)))
+        text = stored_text(model, QUESTION, synthetic_text(words, seed=n_tokens) + tail, ANSWER)
+        return len(entry_tokens(model, "solution", text))
 
     lo, hi = 1, max(8, n_tokens)
     while lo < hi:  # the most words that stay within n_tokens
@@ -93,7 +95,7 @@ def recurring(engine: Engine, lib: Library, n: int, runs: int, say: Callable[[st
             )
         ttft.append(r.ttft_ms / 1e3)
         matches.append(r.receipt_match is True and r.answer_ready)
-    suffix = model.tokenize(ask_suffix(QUESTION), add_bos=False)
+    suffix = question_suffix(model, entry.text, QUESTION)[1]
     fresh_s, fresh_shas = [], []
     for _ in range(max(1, runs // 2)):
         with service.session() as s:

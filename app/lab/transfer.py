@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kvgraft.app.answer.ask import ask
-from kvgraft.app.answer.attempts import Attempt, attempt, checked_answer
+from kvgraft.app.answer.attempts import Attempt, attempt
 from kvgraft.app.answer.solve import related_entry
 from kvgraft.app.lab.transfer_problems import FAMILIES, FamilyProblem, family_sets
 from kvgraft.app.proof.checkers import check_final_number, get_checker
@@ -212,7 +212,7 @@ def run_transfer(
             raise ValueError(f"unknown families {sorted(unknown)}; known: {', '.join(FAMILIES)}")
         stored = [p for p in stored if p.family in families]
         held = [p for p in held if p.family in families]
-    model, cfg = service.engine.model, service.engine.config
+    cfg = service.engine.config
     deposits = []
     for p in stored:
         deposits.append(_deposit(service, p))
@@ -227,7 +227,7 @@ def run_transfer(
                 p.question,
                 p.answer,
                 r.answer,
-                checked_answer(model, r.answer, p.answer)[1],
+                r.answer_checked is True,
                 r.tokens_decoded,
                 r.wall_ms / 1e3,
                 time.process_time() - c0,

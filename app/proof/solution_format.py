@@ -16,7 +16,10 @@ its own "Answer: N" line, which `final_answer` reads. Asked fresh, the same user
 
 The stored text holds the template's control tokens as text ("<|im_start|>"): it is tokenized with them
 parsed as control tokens (`entry_tokens`), everywhere an entry's text becomes tokens (deposit, pack import,
-rebuild, replay). A solution's format is read from its text: the Q/A format always starts with "Q: ".
+rebuild, replay). A solution's format is read from its text: a template-format text starts as the model's
+template starts a stored exchange and holds ANSWER_INSTRUCTION; anything else (the Q/A format starts with
+"Q: ", a solution deposited in free form) is tokenized and asked as plain text. A template that rewrites
+earlier turns when a question follows cannot hold a stored solution: such a model keeps the Q/A format.
 """
 
 from __future__ import annotations
@@ -55,14 +58,41 @@ def final_answer(text: str) -> str | None:
     return found[-1].strip().strip("*").strip().rstrip(".") if found else None
 
 
+_HEADS: dict[tuple[str, str], str | None] = {}  # (template, bos text) -> what the template writes before a problem
+
+
+def _head(model) -> str | None:
+    """What the model's template writes before the first problem of a stored exchange; None when the model
+    has no template, or one that cannot hold a stored solution (it rewrites earlier turns when a question
+    follows): such a model keeps the Q/A format."""
+    template = model.chat_template
+    if not template:
+        return None
+    key = (template, model.token_text(model.bos))
+    if key not in _HEADS:
+        fmt = ChatFormat.for_model(model)
+        try:
+            _suffix_text(fmt, model, _exchange(*_PLACEHOLDER), "another problem")
+            rendered = fmt.render(model, _exchange("\x00", "\x01"), False)
+            _HEADS[key] = rendered[: rendered.index("\x00")] if "\x00" in rendered else None
+        except ChatFormatError:
+            _HEADS[key] = None
+    return _HEADS[key]
+
+
 def uses_turns(model) -> bool:
     """Whether solutions on this model are stored and asked through its chat template."""
-    return bool(model.chat_template)
+    return _head(model) is not None
 
 
 def is_turns_text(model, kind: str, text: str) -> bool:
-    """Whether an entry's text is a solution in the template format (for any other entry: False)."""
-    return kind in SOLUTION_KINDS and not text.startswith("Q: ") and uses_turns(model)
+    """Whether an entry's text is a solution stored in the template format: it starts as the template starts
+    a stored exchange and holds the answer instruction. Any other text (a Q/A solution, a solution deposited
+    in free form, a document) is tokenized and asked as plain text."""
+    if kind not in SOLUTION_KINDS or text.startswith("Q: ") or ANSWER_INSTRUCTION not in text:
+        return False
+    head = _head(model)
+    return head is not None and text.startswith(head)
 
 
 def entry_tokens(model, kind: str, text: str) -> list[int]:
@@ -90,27 +120,35 @@ def stored_text(model, question: str, solution: str, answer: str) -> str:
         return solution_text(question, solution, answer)
     fmt = ChatFormat.for_model(model)
     history = _exchange(question, reply_text(solution, answer))
-    # the question suffix is the same whatever the exchange says (checked here, on the real text)
-    if _suffix_text(fmt, model, history, question) != question_suffix(model, "", question, kind="turns")[0]:
-        raise ChatFormatError("the model's chat template renders a question differently after each solution")
-    return fmt.render(model, history, False)
+    text = fmt.render(model, history, False)
+    # the question suffix must be the same whatever the exchange says (checked here, on the real text), and the
+    # text must read back as the template format; else this solution is stored in the Q/A format
+    try:
+        same = _suffix_text(fmt, model, history, question) == turns_suffix(model, question)[0]
+    except ChatFormatError:
+        same = False
+    return text if same and is_turns_text(model, "solution", text) else solution_text(question, solution, answer)
 
 
-def question_suffix(model, text: str, question: str, kind: str = "solution") -> tuple[str, list[int]]:
-    """(the text, its tokens) that ask `question` after a stored solution whose text is `text`: the Q/A
-    suffix, or the template's next user turn and generation prompt. `kind="turns"`: the template's."""
-    if kind != "turns" and not is_turns_text(model, "solution", text):
-        suffix = ask_suffix(question)
-        return suffix, model.tokenize(suffix, add_bos=False)
-    fmt = ChatFormat.for_model(model)
-    suffix = _suffix_text(fmt, model, _exchange(*_PLACEHOLDER), question)
+def question_suffix(model, text: str, question: str) -> tuple[str, list[int]]:
+    """(the text, its tokens) that ask `question` after a stored solution whose text is `text`: the
+    template's next user turn and generation prompt for a template-format text, else the Q/A suffix."""
+    if is_turns_text(model, "solution", text):
+        return turns_suffix(model, question)
+    suffix = ask_suffix(question)
+    return suffix, model.tokenize(suffix, add_bos=False)
+
+
+def turns_suffix(model, question: str) -> tuple[str, list[int]]:
+    """The template's next user turn asking `question` after a stored exchange (the same after any exchange)."""
+    suffix = _suffix_text(ChatFormat.for_model(model), model, _exchange(*_PLACEHOLDER), question)
     return suffix, template_tokens(model, suffix, at_start=False)
 
 
-def answer_decoding(model, text: str, qa_budget: int) -> tuple[int, list[str]]:
+def answer_decoding(model, text: str, qa_budget: int, turns_budget: int = TURNS_ANSWER_TOKENS) -> tuple[int, list[str]]:
     """(token budget, stop strings) for the answer after a stored solution: Q/A answers are copied to the
     newline; an instruct model works the problem out and ends its turn (an end-of-generation token)."""
-    return (TURNS_ANSWER_TOKENS, []) if is_turns_text(model, "solution", text) else (qa_budget, ["\n"])
+    return (turns_budget, []) if is_turns_text(model, "solution", text) else (qa_budget, ["\n"])
 
 
 def checked_part(model, text: str, decoded: str) -> str | None:
