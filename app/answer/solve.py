@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from kvgraft.app.answer.ask import ask
-from kvgraft.app.answer.attempts import attempt, checked_answer, question_tokens
+from kvgraft.app.answer.attempts import attempt, question_tokens
 from kvgraft.app.proof.checkers import get_checker
 from kvgraft.app.proof.problems import Problem
 from kvgraft.app.proof.solution_format import checked_part, uses_turns
@@ -188,11 +188,6 @@ def _with_related(service: LibraryService, p: Problem, budget: int) -> RelatedTr
     return RelatedTry(best.id, best.question or best.title, a.text, a.checked, a.decode_tokens)
 
 
-def _fresh(service: LibraryService, p: Problem, budget: int):
-    """An instruct model's fresh attempt through its chat template, as an AskResult-like row source."""
-    return attempt(service, p.question, p.answer, how="fresh", budget=budget, checker=p.checker)
-
-
 def solve(
     service: LibraryService,
     problems: list[Problem],
@@ -208,7 +203,7 @@ def solve(
         t0 = time.perf_counter()
         stored = service.library.find_question(p.question, service.engine.fingerprint)
         if turns and (stored is None or not stored.graftable(service.engine.fingerprint)):
-            a = _fresh(service, p, budget)
+            a = attempt(service, p.question, p.answer, how="fresh", budget=budget, checker=p.checker)
             source, entry_id, answer, checked, exact = "fresh", None, a.text, a.checked, None
             decoded, prefilled, restored = a.decode_tokens, a.prefilled_tokens, 0
         else:
@@ -218,9 +213,7 @@ def solve(
             if r.source == "graft":  # the stored solution's format says how its answer reads
                 part = checked_part(model, stored.text, r.answer)
                 checked = part is not None and get_checker(p.checker)(part, p.answer)
-            elif turns:
-                checked = checked_answer(r.answer, p.answer, True, p.checker)[1]
-            else:
+            else:  # a base model's fresh or prefix answer (an instruct model's fresh one is an attempt above)
                 checked = get_checker("final_number" if p.checker == "numeric" else p.checker)(r.answer, p.answer)
         deposited = None
         if source != "graft" and checked and deposit:

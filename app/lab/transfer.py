@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Callable
 
 from kvgraft.app.answer.ask import ask
@@ -71,7 +71,7 @@ class Recurring:
     answer_ready: bool
 
     def as_dict(self) -> dict:
-        return self.__dict__.copy()
+        return asdict(self)
 
 
 def summary(outcomes: list[tuple[bool, bool | None, int, float, float]]) -> dict:
