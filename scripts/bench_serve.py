@@ -37,6 +37,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kvgraft.app.core.model_store import embedded_model_path  # noqa: E402
 from kvgraft.app.core.textgen import synthetic_text  # noqa: E402
+from kvgraft.app.core.watchdog import guarded_popen  # noqa: E402
 from tests.serve_fixture import ServerProcess, free_port  # noqa: E402
 
 QUESTIONS = [
@@ -95,7 +96,7 @@ class LlamaServer:
             "--no-repack",  # as kvgraft loads models: no extra CPU buffer types (the AMX path crashes: SIGILL here)
         ]
         self._log = open(self.log, "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = guarded_popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)  # dies with this script
         end = time.monotonic() + 300
         while time.monotonic() < end:
             if self.proc.poll() is not None:

@@ -9,6 +9,7 @@ then grabs the Library tab with an entry opened (docs/screenshot-library.png).
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import tempfile
@@ -27,11 +28,14 @@ from kvgraft.app.core.runtime import Settings, open_engine  # noqa: E402
 from kvgraft.app.core.textgen import synthetic_text  # noqa: E402
 from kvgraft.app.lab.starter_problems import starter_problems  # noqa: E402
 from kvgraft.app.service import LibraryService, open_library  # noqa: E402
+from kvgraft.ui.collector import GuiCollector  # noqa: E402
 from kvgraft.ui.main_window import MainWindow  # noqa: E402
 
 
 def main() -> None:
+    gc.disable()  # the window's rule: collections on the GUI thread only (ui/collector.py)
     app = QApplication(sys.argv[:1])
+    GuiCollector(app).start()
     engine = open_engine(Settings())
     problems = sorted(starter_problems(24), key=lambda p: len(p.solution))[:6]
     with open_library() as lib:

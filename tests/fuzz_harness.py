@@ -19,6 +19,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvgraft.app.core.watchdog import guarded_popen
 from kvgraft.app.packs.imports import import_pack
 from kvgraft.app.service import LibraryService
 from kvgraft.engine.errors import SnapshotError
@@ -163,7 +164,7 @@ class GraftServer:
     """The long-lived worker: one line of JSON per case in, one line out."""
 
     def __init__(self, model_path: Path, n_ctx: int = 256) -> None:
-        self.proc = subprocess.Popen(
+        self.proc = guarded_popen(  # a long-lived worker: it dies with the tests however they end
             [sys.executable, str(REPO / "tests" / "graft_server.py"), str(model_path), str(n_ctx)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import httpx
 
+from kvgraft.app.core.watchdog import guarded_popen
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -34,7 +36,7 @@ class ServerProcess:
         env = {**os.environ, "KVGRAFT_HOME": str(self.home), **self.extra_env}
         cmd = [sys.executable, "-m", "kvgraft", "serve", "--port", str(self.port), *self.args]
         self._log = open(self.log, "a")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = guarded_popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT)  # dies with the tests
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if self.proc.poll() is not None:

@@ -31,6 +31,7 @@ from kvgraft.app.library_view import LibraryView
 
 from .answer_panel import AnswerPanel
 from .chat_panel import ChatPanel
+from .collector import GuiCollector
 from .first_start import FirstStartDialog
 from .library_panel import LibraryPanel
 from .model_picker import ModelPicker, models_dir
@@ -376,8 +377,10 @@ def run(argv: list[str] | None = None) -> int:
     """Open the window. Files named on the command line (a file manager's "Open with kvgraft",
     the desktop entry's %F) are opened as if dropped on it."""
     argv = list(sys.argv if argv is None else argv)
+    gc.disable()  # before any thread starts: collections run on the GUI thread only (ui/collector.py)
     app = QApplication.instance() or QApplication(argv[:1])
     app.setApplicationName("kvgraft")
+    collector = GuiCollector(app).start()
     win = MainWindow()
     win.show()
     files = [a for a in argv[1:] if not a.startswith("-")]
@@ -385,6 +388,7 @@ def run(argv: list[str] | None = None) -> int:
         QTimer.singleShot(0, lambda: win.open_files(files))
     code = app.exec()
     close_window(win)
+    collector.stop()
     return code
 
 

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from kvgraft.app.core.watchdog import guarded_popen
+
 ACCESS_KEY = "kvgraft-test"
 SECRET_KEY = "kvgraft-test-secret"
 
@@ -109,7 +111,8 @@ class LocalS3:
             args.append(f"-s3.config={conf}")
         self.log_path = self.root / "weed.log"
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            # ended with this process however it dies (a SIGKILLed or crashed test run leaves no server behind)
+            self.proc = guarded_popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, grace=2.0)
         self.endpoint = f"http://127.0.0.1:{p['s3']}"
         self._wait_ready(timeout)
         return self
