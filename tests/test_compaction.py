@@ -272,7 +272,7 @@ def check_compacted_graft(eng, n: int) -> None:
 
 
 @pytest.mark.parametrize("flash_attn", [False, True], ids=["fa-off", "fa-on"])
-@pytest.mark.parametrize("n", [513, 1000, 2048])
+@pytest.mark.parametrize("n", [513, 1000, pytest.param(2048, marks=pytest.mark.slow)])  # 2,048: `make test-slow`
 def test_compacted_graft_from_disk_is_exact(engine, engine_fa, n, flash_attn):
     check_compacted_graft(engine_fa if flash_attn else engine, n)
 

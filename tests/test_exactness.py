@@ -12,7 +12,7 @@ from kvgraft.engine.exactness import graft_vs_fresh
 from kvgraft.engine.state import parse_state
 from tests.inexact_restore import restore_whole_state_inexact
 
-LENGTHS = [1, 64, 511, 512, 513, 1000, 2048, 3000]
+LENGTHS = [1, 64, 511, 512, 513, 1000, 2048, pytest.param(3000, marks=pytest.mark.slow)]  # 3,000: `make test-slow`
 
 
 @pytest.mark.parametrize("flash_attn", [False, True], ids=["fa-off", "fa-on"])

@@ -256,10 +256,12 @@ def test_two_pushers_at_once(team, s3_env):
     assert len(index["manifests"]) == 3 and verify_remote(repo).ok
 
 
-def test_push_killed_at_random_moments(team, s3_env):
+@pytest.mark.parametrize("rounds", [3, pytest.param(6, marks=pytest.mark.slow)])
+def test_push_killed_at_random_moments(team, s3_env, rounds):
     """SIGKILL a `kvgraft push` at random moments of its run (each into a fresh prefix, the moments
     spread over a whole push's time): the remote stays consistent every time (every manifest's blobs
-    present, verify --remote clean), and the next push completes the job."""
+    present, verify --remote clean), and the next push completes the job. 3 rounds in `make test`, 6 in
+    `make test-slow`."""
     bucket = new_bucket(s3_env)
     exe = str(Path(sys.executable).with_name("kvgraft"))
     env = dict(os.environ, KVGRAFT_HOME=str(team.home))
@@ -269,7 +271,7 @@ def test_push_killed_at_random_moments(team, s3_env):
     subprocess.run([exe, "push", "t5-time", "--all"], env=env, check=True, capture_output=True)
     whole = time.monotonic() - t0
     rng = random.Random(29)
-    rounds, seen = 6, []
+    seen = []
     for k in range(rounds):
         spec = RemoteSpec(f"t5-{k}", bucket, f"kill{k}/", s3_env.endpoint)
         assert kv(team.home, "remote", "add", spec.name, spec.url, "--endpoint-url", s3_env.endpoint).exit_code == 0
