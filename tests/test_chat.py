@@ -269,27 +269,28 @@ def test_ask_puts_a_fresh_question_through_an_instruct_models_template(chatml_en
     assert len(prompt) < len(chatml_engine.model.tokenize(text))  # the markers are single control tokens
 
 
-def test_a_200_turn_thread(synthetic, tmp_path):
-    """Store size and resume time at turn 200 (plain format on the synthetic llama, one reply token a
-    turn; gc every 20 turns keeps one state per thread). About 13 s."""
+@pytest.mark.parametrize("turns", [100, pytest.param(200, marks=pytest.mark.slow)])
+def test_a_200_turn_thread(synthetic, tmp_path, turns):
+    """Store size and resume time at the last turn (plain format on the synthetic llama, one reply token a
+    turn; gc every 20 turns keeps one state per thread): 100 turns in `make test`, 200 in `make test-slow`."""
     path = tmp_path / "plain.gguf"
     write_synthetic_gguf(path, "llama", seed=7)
     eng = Engine.load(EngineConfig(model_path=path, n_ctx=8192), model_sha256(path))
     chats, service, lib = _chats(eng, tmp_path / "home")
     try:
         t = chats.new_thread(system="notes")
-        for i in range(199):
+        for i in range(turns - 1):
             chats.say(t.id, f"m{i % 10}", max_tokens=1)
             if i % 20 == 19:
                 gc(lib, grace_s=0)
         last = chats.say(t.id, "last", max_tokens=1, check=True)
         gc(lib, grace_s=0)
         segment = eng.model.tokenize("\nUser: last\nAssistant:", add_bos=False)
-        assert last.turn == 200 and last.exact is True and last.tokens_prefilled == len(segment)
+        assert last.turn == turns and last.exact is True and last.tokens_prefilled == len(segment)
         assert last.tokens_restored == last.tokens - len(segment) - last.tokens_decoded
         assert lib.stats()["by_kind"] == {"session": 1}  # only the newest state is kept
         one_state = thread_listing(lib)[0]["session_bytes"]
-        print(f"turn 200: {last.tokens:,} tokens, {one_state:,} B stored, resumed in {last.resume_ms:.1f} ms")
+        print(f"turn {turns}: {last.tokens:,} tokens, {one_state:,} B stored, resumed in {last.resume_ms:.1f} ms")
         assert one_state < 2 * last.tokens * eng.layout.bytes_per_token()
     finally:
         _close(service, lib)

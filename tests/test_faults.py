@@ -63,9 +63,9 @@ def _tmpfs(path: Path, size: str) -> bool:
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 16 MB file system (tmpfs). Needs root, as in CI; elsewhere the test is skipped, saying so."""
+    """A 6 MB file system (tmpfs). Needs root, as in CI; elsewhere the test is skipped, saying so."""
     mnt = tmp_path / "small-disk"
-    if not _tmpfs(mnt, "16m"):
+    if not _tmpfs(mnt, "6m"):
         pytest.skip("cannot mount a tmpfs here (needs root): disk-full tests not run")
     yield mnt
     subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
@@ -77,7 +77,7 @@ def test_disk_full_during_deposit(engine, small_disk, monkeypatch):
         service = LibraryService(engine, lib)
         ok = service.deposit("A short note that fits.").entry  # ~0.4 MB
         with pytest.raises(StorageFull, match="disk full"):
-            service.deposit(synthetic_text(3000, seed=5))  # ~3,900 tokens: ~19 MB compact blob, more than the disk
+            service.deposit(synthetic_text(400, seed=5))  # ~520 tokens: a ~9.6 MB blob, more than the disk
         assert lib.count() == 1 and lib.get(ok.id)
         assert list(lib.blobs.iter_temp()) == []
         report = fsck(lib)
@@ -88,7 +88,7 @@ def test_disk_full_during_import(engine, small_disk, tmp_path, monkeypatch):
     src = tmp_path / "src"
     with Library(src) as lib:
         service = LibraryService(engine, lib)
-        entries = [service.deposit(synthetic_text(n, seed=n)).entry for n in (300, 320, 340)]  # ~8 MB each
+        entries = [service.deposit(synthetic_text(n, seed=n)).entry for n in (100, 110, 120)]  # ~3 MB each: 9 > 6
         pack = export_pack(lib, entries, tmp_path / "big.kvpack").file
     monkeypatch.setenv("KVGRAFT_HOME", str(small_disk / "home"))
     with open_library() as lib:

@@ -40,8 +40,9 @@ def wait_gone(pids: list[int], timeout: float = 15.0) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
-def watchdogs_for(parent: int) -> list[int]:
-    """Running watchdog processes that guard a child of `parent` (their command names it)."""
+def watchdogs_for(parent: int, command_part: bytes = b"") -> list[int]:
+    """Running watchdog processes that guard a child of `parent` (their command names it), whose guarded
+    command holds `command_part`."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -52,6 +53,7 @@ def watchdogs_for(parent: int) -> list[int]:
             continue
         script = next((i for i, c in enumerate(cmd) if c.endswith(b"watchdog.py")), None)
         watching = script is not None and cmd[script + 1 : script + 2] == [str(parent).encode()]
+        watching = watching and any(command_part in c for c in cmd[script + 1 :])
         if watching and alive(int(proc.name)):
             found.append(int(proc.name))
     return found
@@ -112,7 +114,7 @@ def test_a_server_that_ignores_sigterm_is_killed_after_the_grace():
 def test_the_guarded_child_is_the_plain_child(tmp_path):
     """Its pid is the command's, its return code and pipes are the command's, and its watchdog leaves with it."""
     proc = guarded_popen(
-        ["sh", "-c", "echo $$; read line; echo got $line; exit 3"],
+        ["sh", "-c", "echo $$; read line; echo got $line; exit 3", "plain-child"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -121,7 +123,7 @@ def test_the_guarded_child_is_the_plain_child(tmp_path):
     assert Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0] == b"sh"
     out, _ = proc.communicate("hello\n", timeout=30)  # EOF arrives: the watchdog holds no end of the pipe
     assert out == "got hello\n" and proc.returncode == 3
-    assert wait_gone(watchdogs_for(os.getpid())) == []
+    assert wait_gone(watchdogs_for(os.getpid(), b"plain-child")) == []
 
     missing = guarded_popen(["/nonexistent/kvgraft-server"], stderr=subprocess.PIPE, text=True)
     _, err = missing.communicate(timeout=30)
