@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import gc
 import os
+import time
 
 import pytest
+
+from tests.timing_budget import FileTimes, budgets
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -15,11 +18,48 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 gc.disable()
 
 
+COLLECTING = {"seconds": 0.0, "runs": 0}
+
+
+def pytest_collection_finish(session):
+    """Every module is imported and every test collected: those objects live as long as the run, so they
+    leave the collector's generations (gc.freeze) and each collection below walks only what tests made."""
+    gc.collect()
+    gc.freeze()
+
+
 @pytest.fixture(autouse=True)
 def collect_on_main_thread():
     """After each test: its garbage (warm contexts of ~150 MB among it, held in cycles) collected here."""
     yield
+    t0 = time.perf_counter()
     gc.collect()
+    COLLECTING["seconds"] += time.perf_counter() - t0
+    COLLECTING["runs"] += 1
+
+
+FILE_TIMES = FileTimes()
+
+
+def pytest_runtest_logreport(report):
+    FILE_TIMES.add(report.nodeid, report.duration)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Files past their time budget (docs/testing.md), and what the collections after each test cost."""
+    tr = terminalreporter
+    table = budgets()
+    over, missing = FILE_TIMES.over_budget(table), FILE_TIMES.unbudgeted(table)
+    if over or missing:
+        tr.section("time budgets (docs/testing.md)")
+        for f, took, allowed in over:
+            tr.write_line(
+                f"{f}: {took:.0f} s, over its budget ({allowed:.0f} s at this run's pace): move cases to slow"
+            )
+        for f in missing:
+            tr.write_line(f"{f}: {FILE_TIMES.seconds[f]:.0f} s, no budget row in docs/testing.md")
+    if COLLECTING["runs"]:
+        tr.write_line(f"collector: {COLLECTING['runs']} collections on the main thread, {COLLECTING['seconds']:.1f} s")
 
 
 @pytest.fixture(autouse=True)
