@@ -129,3 +129,19 @@ def test_readme_is_a_front_page():
     n = len(README.read_text(encoding="utf-8").splitlines())
     assert n < README_MAX_LINES, f"README.md has {n} lines (limit {README_MAX_LINES}): move detail into docs/"
     assert "make test" in README.read_text(encoding="utf-8"), "README.md must show `make test` (CI runs it)"
+
+
+def test_every_test_file_has_a_time_budget():
+    """docs/testing.md gives each test file its time in `make test`; a new file says what it may take
+    (tests/timing_budget.py reports files past their budget after each run)."""
+    from tests.timing_budget import budgets
+
+    table = budgets()
+    files = {
+        f"tests/{p.name}"
+        for p in (ROOT / "tests").glob("test_*.py")
+        if "pytestmark = pytest.mark.slow" not in p.read_text()  # a file of slow cases only: not in make test
+    }
+    assert not files - set(table), f"no budget row in docs/testing.md: {sorted(files - set(table))}"
+    assert not set(table) - files, f"budget rows for files that are gone: {sorted(set(table) - files)}"
+    assert all(seconds > 0 for seconds in table.values())
