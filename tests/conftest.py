@@ -8,13 +8,13 @@ import time
 
 import pytest
 
-from tests.timing_budget import FileTimes, budgets
+from tests.timing_budget import FileTimes, budgets, measured
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 # The window's rule (ui/collector.py), here too: Python's cyclic collector runs on whatever thread allocates,
 # and a Qt wrapper it frees on an engine, HTTP or pool thread crashes Qt. Automatic collection is off before
-# any test starts a thread; `collect_on_main_thread` collects after each test, on the main thread.
+# any test starts a thread; `pytest_runtest_teardown` below collects after each test, on the main thread.
 gc.disable()
 
 
@@ -29,14 +29,16 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
-@pytest.fixture(autouse=True)
-def collect_on_main_thread():
-    """After each test: its garbage (warm contexts of ~150 MB among it, held in cycles) collected here."""
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After each test and its fixtures' teardown, its garbage (warm contexts of ~150 MB among it, held in
+    cycles) is collected here, on the main thread: the young generations (what the test made: nothing was
+    collected during it), the whole heap when a module ends (its module-scoped fixtures are gone) and every
+    FULL_EVERY tests."""
     yield
     t0 = time.perf_counter()
-    # what the test made is young (nothing collected automatically during it); the old generation, which
-    # grows with module-scoped fixtures, is walked every FULL_EVERY tests
-    gc.collect(2 if COLLECTING["runs"] % FULL_EVERY == FULL_EVERY - 1 else 1)
+    module_ends = nextitem is None or nextitem.module is not item.module
+    gc.collect(2 if module_ends or COLLECTING["runs"] % FULL_EVERY == FULL_EVERY - 1 else 1)
     COLLECTING["seconds"] += time.perf_counter() - t0
     COLLECTING["runs"] += 1
 
@@ -52,7 +54,9 @@ def pytest_terminal_summary(terminalreporter):
     """Files past their time budget (docs/testing.md), and what the collections after each test cost."""
     tr = terminalreporter
     table = budgets()
-    over, missing = FILE_TIMES.over_budget(table), FILE_TIMES.unbudgeted(table)
+    whole_run = tr.config.option.markexpr == "not slow" and not tr.config.option.keyword  # make test's selection
+    over = FILE_TIMES.over_budget(table, measured()) if whole_run else []
+    missing = FILE_TIMES.unbudgeted(table) if whole_run else []
     if over or missing:
         tr.section("time budgets (docs/testing.md)")
         for f, took, allowed in over:

@@ -270,7 +270,7 @@ def test_ask_puts_a_fresh_question_through_an_instruct_models_template(chatml_en
 
 
 @pytest.mark.parametrize("turns", [100, pytest.param(200, marks=pytest.mark.slow)])
-def test_a_200_turn_thread(synthetic, tmp_path, turns):
+def test_a_long_thread(synthetic, tmp_path, turns):
     """Store size and resume time at the last turn (plain format on the synthetic llama, one reply token a
     turn; gc every 20 turns keeps one state per thread): 100 turns in `make test`, 200 in `make test-slow`."""
     path = tmp_path / "plain.gguf"

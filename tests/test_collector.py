@@ -45,8 +45,52 @@ def collection_threads():
     gc.callbacks.remove(record)
 
 
-def test_collector_is_off_in_tests_and_in_the_app():
+def test_collector_is_off_in_the_tests():
     assert not gc.isenabled(), "tests/conftest.py turns automatic collection off before any thread starts"
+
+
+def test_the_collector_turns_automatic_collection_off(qapp):
+    gc.collect()
+    gc.enable()
+    try:
+        collector = GuiCollector(qapp).start()
+        assert not gc.isenabled()
+        collector.stop()
+    finally:
+        gc.disable()
+
+
+def test_the_app_runs_with_automatic_collection_off_and_the_collector_on(qapp, monkeypatch):
+    """`kvgraft app` (ui/main_window.run): collection is off before the window and its threads start, and a
+    GuiCollector ticks on the GUI thread while the event loop runs."""
+    from PySide6.QtWidgets import QWidget
+
+    from kvgraft.ui import main_window
+
+    class Window(QWidget):  # the window's part in run(); the real one loads the model on its thread
+        _closed = False
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.gc_enabled_at_start = gc.isenabled()
+
+    seen = {}
+
+    def exec_(app):
+        seen["gc_enabled"] = gc.isenabled()
+        seen["collectors"] = [c for c in app.findChildren(GuiCollector) if c._timer.isActive()]
+        return 0
+
+    gc.collect()
+    gc.enable()
+    try:
+        monkeypatch.setattr(main_window, "MainWindow", Window)
+        monkeypatch.setattr(type(qapp), "exec", exec_)
+        assert main_window.run(["kvgraft-app"]) == 0
+    finally:
+        gc.disable()
+    assert seen["gc_enabled"] is False and len(seen["collectors"]) == 1
+    assert not seen["collectors"][0]._timer.isActive()  # stopped once the loop ended
 
 
 def test_with_the_collector_a_worker_allocating_never_collects(qtbot, collection_threads):
@@ -69,6 +113,7 @@ def test_with_the_collector_a_worker_allocating_never_collects(qtbot, collection
 def test_without_the_cure_the_worker_thread_collects(collection_threads):
     """The control: automatic collection on, the same allocations trigger collections on the worker."""
     done: list = []
+    gc.collect()  # older garbage (earlier tests' widgets among it) freed here first, on the main thread
     gc.enable()
     try:
         worker = threading.Thread(target=allocate_cycles, args=(300_000, done), name="kvgraft-test-alloc")
@@ -83,9 +128,27 @@ def test_due_follows_the_interpreter_thresholds():
     collector = GuiCollector(full_every_s=3600)
     gc.collect()
     assert collector.due() is None  # nothing allocated since
-    t0 = gc.get_threshold()[0]
-    keep = [Node() for _ in range(t0 + 10)]
-    assert collector.collect_due() == 0 and collector.collections == [1, 0, 0]
+    t0, t1, _ = gc.get_threshold()
+    keep = []
+    for young in range(t1 + 1):  # each young collection adds one to the middle generation's count
+        keep += [Node() for _ in range(t0 + 10)]
+        assert collector.collect_due() == 0, young
+    keep += [Node() for _ in range(t0 + 10)]
+    assert collector.collect_due() == 1 and collector.collections == [t1 + 1, 1, 0]
+    # a full collection waits for full_every_s even when its count is past the threshold
+    while gc.get_count()[2] <= gc.get_threshold()[2]:
+        gc.collect(1)  # each middle collection adds one to the old generation's count
+    keep += [Node() for _ in range(t0 + 10)]
+    assert collector.due() in (0, 1)
+    collector._last_full -= 3600
+    assert collector.collect_due() == 2 and collector.collections[2] == 1
+    old = gc.get_threshold()
+    gc.set_threshold(0)
+    try:
+        keep += [Node() for _ in range(t0 + 10)]
+        assert collector.due() is None  # threshold 0: the interpreter's "collection off"
+    finally:
+        gc.set_threshold(*old)
     del keep
     gc.collect()
 

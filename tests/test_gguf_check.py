@@ -3,7 +3,10 @@ its time, and a file cut short anywhere refused before llama.cpp opens it."""
 
 from __future__ import annotations
 
+import os
+import struct
 import time
+import tracemalloc
 
 import pytest
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
@@ -39,12 +42,14 @@ def test_the_header_reads_as_the_gguf_package_reads_it(tmp_path, arch):
     assert got == reference(path)
 
 
-def test_the_real_model_is_read_in_well_under_a_second_per_hundred_mb(model_path):
+def test_the_real_model_reads_as_the_embedded_gemma(model_path):
+    """The 253 MB file with a 262,144-entry vocabulary (the gguf package took 10 s over it, a frozen window;
+    the time is printed, not asserted)."""
     t0 = time.perf_counter()
     info = inspect_gguf(model_path)
-    elapsed = time.perf_counter() - t0
+    print(f"header read in {time.perf_counter() - t0:.2f} s")
     assert (info["architecture"], info["sliding_window"], info["tensors"]) == ("gemma3", 512, 236)
-    assert elapsed < 5, f"{elapsed:.1f} s to read a header (the gguf package took 10 s: a frozen window)"
+    assert info["name"] == "Gemma 3 270m" and info["size_bytes"] == model_path.stat().st_size
 
 
 @pytest.mark.parametrize("keep", [8, 24, 200, 0.5, 0.999])
@@ -68,3 +73,53 @@ def test_a_field_of_the_wrong_type_is_refused(tmp_path):
     w.close()
     with pytest.raises(NotAModel, match="general.name field is not a string"):
         inspect_gguf(path)
+
+
+def header_only(path, fields: list[tuple[str, object, GGUFValueType]]):
+    w = GGUFWriter(str(path), "gemma3")
+    for key, value, vtype in fields:
+        w.add_key_value(key, value, vtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_a_key_twice_is_refused_as_llama_cpp_refuses_it(tmp_path):
+    def kv(key: bytes, text: bytes) -> bytes:  # a string field, written by hand (the writer keeps one per key)
+        return struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, len(text)) + text
+
+    fields = [kv(b"general.architecture", b"gemma3"), kv(b"general.name", b"a"), kv(b"general.name", b"b")]
+    path = tmp_path / "twice.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, len(fields)) + b"".join(fields))
+    with pytest.raises(NotAModel, match="general.name' twice"):
+        inspect_gguf(path)
+    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 2) + b"".join(fields[:2]))
+    assert inspect_gguf(path)["name"] == "a"  # the same file with the key once reads
+
+
+def test_a_float_sliding_window_is_refused_as_llama_cpp_refuses_it(tmp_path):
+    path = header_only(tmp_path / "f.gguf", [("gemma3.attention.sliding_window", 512.0, GGUFValueType.FLOAT32)])
+    with pytest.raises(NotAModel, match="sliding_window field is not an integer"):
+        inspect_gguf(path)
+
+
+def test_a_huge_length_in_a_tiny_file_allocates_nothing(tmp_path):
+    path = tmp_path / "liar.gguf"
+    path.write_bytes(b"GGUF" + struct.pack("<IQQQ", 3, 0, 1, 1 << 30) + b"x" * 16)  # a key of 1 GiB in 44 bytes
+    tracemalloc.start()
+    try:
+        with pytest.raises(NotAModel):
+            inspect_gguf(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, f"{peak:,} bytes allocated to refuse a 44-byte file"
+
+
+def test_not_a_regular_file_is_refused(tmp_path):
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    with pytest.raises(NotAModel, match="not a regular file"):
+        inspect_gguf(fifo)  # never opened: opening a FIFO would block until a writer came

@@ -41,7 +41,7 @@ def test_two_writers_no_lock_errors_no_lost_rows(tmp_path):
 
 
 @pytest.mark.parametrize("trials", [10, pytest.param(20, marks=pytest.mark.slow)])
-def test_sigkill_at_twenty_points(tmp_path, trials):
+def test_sigkill_at_random_points(tmp_path, trials):
     """Kill a depositing (and rm + gc-ing) process at `trials` times spread over its operations' real duration
     (10 in `make test`, 20 in `make test-slow`; every 10th lands during start-up and migrations)."""
     result = kill_trials(tmp_path / "lib", trials=trials)

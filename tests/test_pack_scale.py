@@ -44,7 +44,7 @@ def big_pack(engine, tmp_path_factory, request):
     return d / "big.kvpack", n_texts
 
 
-def test_ten_thousand_entries_in_one_transaction(engine, big_pack):
+def test_a_big_pack_imports_in_one_transaction(engine, big_pack):
     big_pack, n_texts = big_pack
     n = n_texts * PER_TEXT
     seen = []
@@ -59,8 +59,8 @@ def test_ten_thousand_entries_in_one_transaction(engine, big_pack):
     print(f"\n{n:,}-entry pack imported in {elapsed:.1f} s")
 
 
-def test_ten_thousand_entries_all_or_nothing(engine, big_pack, monkeypatch):
-    """A failure at the very last entry leaves none of the 10,000 in the library."""
+def test_a_big_pack_is_all_or_nothing(engine, big_pack, monkeypatch):
+    """A failure at the very last entry leaves none of the pack's entries in the library."""
     big_pack, n_texts = big_pack
     real = entry_writes.insert_prefix_keys  # every entry row is written there (library/entry_writes.py)
     calls = []

@@ -61,27 +61,32 @@ def watchdogs_for(parent: int, command_part: bytes = b"") -> list[int]:
 
 PARENT = textwrap.dedent(
     """
-    import json, sys, time
+    import json, subprocess, sys, time
     from kvgraft.app.core.watchdog import guarded_popen
-    # a "server" in its own session with a child of its own: both must go
-    server = guarded_popen(
-        ["sh", "-c", {server!r}], start_new_session=True, stdout=__import__("subprocess").PIPE, grace=1.0
-    )
+    server = guarded_popen(["sh", "-c", {server!r}], stdout=subprocess.PIPE, grace=1.0, {kwargs})
     grandchild = int(server.stdout.readline())
     print(json.dumps({{"server": server.pid, "grandchild": grandchild}}), flush=True)
     {then}
     """
 )
+# group mode: a "server" in its own session with a child of its own, both must go; pid mode: the server itself
+MODES = {
+    "group": ("sleep 300 & echo $!; wait", "start_new_session=True"),
+    "pid": ("echo $$; exec sleep 300", ""),
+}
 
 
-def start_parent(server_script: str, then: str) -> tuple[subprocess.Popen, dict]:
-    code = PARENT.format(server=server_script, then=then)
+def start_parent(
+    server_script: str, then: str, kwargs: str = "start_new_session=True"
+) -> tuple[subprocess.Popen, dict]:
+    code = PARENT.format(server=server_script, then=then, kwargs=kwargs)
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
     line = parent.stdout.readline()
     assert line, "the parent did not start its server"
     return parent, json.loads(line)
 
 
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize(
     "death, then",
     [
@@ -90,8 +95,8 @@ def start_parent(server_script: str, then: str) -> tuple[subprocess.Popen, dict]
         ("exit", "time.sleep(0.5); sys.exit(0)"),
     ],
 )
-def test_a_server_dies_with_the_process_that_started_it(death, then):
-    parent, pids = start_parent("sleep 300 & echo $!; wait", then)
+def test_a_server_dies_with_the_process_that_started_it(death, then, mode):
+    parent, pids = start_parent(*MODES[mode][:1], then, MODES[mode][1])
     assert alive(pids["server"]) and alive(pids["grandchild"])
     assert watchdogs_for(parent.pid), "no watchdog guards the server"
     if death == "SIGKILL":
@@ -111,23 +116,41 @@ def test_a_server_that_ignores_sigterm_is_killed_after_the_grace():
     assert time.monotonic() - t0 >= 0.9  # SIGTERM was ignored: SIGKILL came after the 1 s grace
 
 
+def test_a_group_member_left_after_its_leader_ended_is_still_guarded():
+    """The leader exits by itself and leaves a child in its group: that child still dies with the parent."""
+    parent, pids = start_parent("sleep 300 > /dev/null & echo $!", "time.sleep(300)")
+    assert wait_gone([pids["server"]]) == [] and alive(pids["grandchild"])
+    assert watchdogs_for(parent.pid), "the watchdog left while the group had a member"
+    parent.kill()
+    parent.wait(30)
+    assert wait_gone([pids["grandchild"]]) == [], "a group member outlived the parent"
+
+
+def sig_ignored(pid: int) -> str:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return next(line for line in status.splitlines() if line.startswith("SigIgn:"))
+
+
 def test_the_guarded_child_is_the_plain_child(tmp_path):
-    """Its pid is the command's, its return code and pipes are the command's, and its watchdog leaves with it."""
-    proc = guarded_popen(
-        ["sh", "-c", "echo $$; read line; echo got $line; exit 3", "plain-child"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert int(proc.stdout.readline()) == proc.pid
+    """Its pid, return code, pipes and ignored signals are the plain Popen child's, and its watchdog leaves
+    with it; a command that cannot be found raises as Popen does."""
+    cmd = ["sh", "-c", "echo $$; read line; echo got $line; exit 3", "plain-child"]
+    proc = guarded_popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    plain = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert int(proc.stdout.readline()) == proc.pid and int(plain.stdout.readline()) == plain.pid
     assert Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0] == b"sh"
+    assert sig_ignored(proc.pid) == sig_ignored(plain.pid)  # SIGPIPE and SIGXFSZ at their defaults
+    assert watchdogs_for(os.getpid(), b"plain-child"), "no watchdog guards the child"
     out, _ = proc.communicate("hello\n", timeout=30)  # EOF arrives: the watchdog holds no end of the pipe
-    assert out == "got hello\n" and proc.returncode == 3
+    assert plain.communicate("hello\n", timeout=30)[0] == out == "got hello\n"
+    assert proc.returncode == plain.returncode == 3
     assert wait_gone(watchdogs_for(os.getpid(), b"plain-child")) == []
 
-    missing = guarded_popen(["/nonexistent/kvgraft-server"], stderr=subprocess.PIPE, text=True)
-    _, err = missing.communicate(timeout=30)
-    assert missing.returncode == 127 and "cannot run /nonexistent/kvgraft-server" in err
+    for missing in (["/nonexistent/kvgraft-server"], ["kvgraft-no-such-command"]):
+        with pytest.raises(FileNotFoundError):
+            guarded_popen(missing)
+    with pytest.raises(TypeError):
+        guarded_popen("sleep 1", shell=True)
 
 
 def test_a_sigkilled_parent_leaves_no_seaweedfs_running(tmp_path):

@@ -14,19 +14,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BUDGETS_DOC = ROOT / "docs" / "testing.md"
-ROW = re.compile(r"^\|\s*`(tests/test_[\w]+\.py)`\s*\|\s*(\d+)\s*\|")
+ROW = re.compile(r"^\|\s*`(tests/test_[\w]+\.py)`\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|")
+
+
+def _rows(doc: Path) -> list[tuple[str, int, int]]:
+    if not doc.exists():
+        return []
+    return [(m.group(1), int(m.group(2)), int(m.group(3))) for m in map(ROW.match, doc.read_text().splitlines()) if m]
 
 
 def budgets(doc: Path = BUDGETS_DOC) -> dict[str, int]:
-    """{"tests/test_x.py": seconds} from the budget table's rows."""
-    out = {}
-    if not doc.exists():
-        return out
-    for line in doc.read_text().splitlines():
-        m = ROW.match(line)
-        if m:
-            out[m.group(1)] = int(m.group(2))
-    return out
+    """{"tests/test_x.py": seconds it may take} from the budget table's rows."""
+    return {f: budget for f, budget, _ in _rows(doc)}
+
+
+def measured(doc: Path = BUDGETS_DOC) -> dict[str, int]:
+    """{"tests/test_x.py": seconds it took on the reference machine} from the same rows."""
+    return {f: took for f, _, took in _rows(doc)}
 
 
 class FileTimes:
@@ -38,13 +42,13 @@ class FileTimes:
     def add(self, nodeid: str, duration: float) -> None:
         self.seconds[nodeid.split("::", 1)[0]] += duration
 
-    def over_budget(self, table: dict[str, int]) -> list[tuple[str, float, float]]:
-        """(file, seconds, allowed) for each file past its budget scaled by this run's pace; files the
-        run did not finish whole (a -k or a single test) are compared as well, so read it after full runs."""
+    def over_budget(self, table: dict[str, int], reference: dict[str, int]) -> list[tuple[str, float, float]]:
+        """(file, seconds, allowed) for each file past its budget scaled by this run's pace (what these files
+        took here over what they took on the reference machine); meant for whole `make test` runs."""
         ran = {f: s for f, s in self.seconds.items() if f in table}
         if not ran:
             return []
-        pace = max(1.0, sum(ran.values()) / max(1, sum(table[f] for f in ran)))
+        pace = max(1.0, sum(ran.values()) / max(1, sum(reference.get(f, table[f]) for f in ran)))
         return [(f, s, table[f] * pace) for f, s in sorted(ran.items()) if s > table[f] * pace + 1.0]
 
     def unbudgeted(self, table: dict[str, int]) -> list[str]:

@@ -49,17 +49,15 @@ class GuiCollector(QObject):
         self._timer.stop()
 
     def due(self) -> int | None:
-        """The oldest generation whose count passed its threshold (a full one at most every full_every_s)."""
+        """The oldest generation whose count passed its threshold, as CPython 3.11-3.13 picks it (a full
+        one at most every full_every_s); None when nothing is due or collection is set off (threshold 0)."""
         counts, thresholds = gc.get_count(), gc.get_threshold()
-        if counts[0] <= thresholds[0]:
+        if thresholds[0] == 0 or counts[0] <= thresholds[0]:
             return None
-        generation = 0
-        if counts[1] > thresholds[1]:
-            generation = 1
-            full_due = time.monotonic() - self._last_full >= self.full_every_s
-            if counts[2] > thresholds[2] and full_due:
-                generation = 2
-        return generation
+        full_due = time.monotonic() - self._last_full >= self.full_every_s
+        if counts[2] > thresholds[2] and full_due:
+            return 2
+        return 1 if counts[1] > thresholds[1] else 0
 
     def collect_due(self) -> int | None:
         generation = self.due()
