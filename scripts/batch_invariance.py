@@ -1,0 +1,136 @@
+"""Do the bits depend on how the same tokens are split into decode calls? (issue 41's first measurement)
+
+    .venv/bin/python scripts/batch_invariance.py                       # this build, as kvgraft loads it
+    .venv/bin/python scripts/batch_invariance.py --tiled force --flash-attn
+    .venv/bin/python scripts/batch_invariance.py --all --json out.json  # every --tiled x flash attention
+
+The same N tokens are decoded in a fresh context as each split (one call, [N-1, 1], [64] x k + rest, ...);
+the logits after the last token and the canonical state are hashed, and the splits are grouped by equal
+bits. `--tiled force` sets GGML_CPU_TILED_MM_FORCE=1 (the tiled K-quant kernel for any row count), `--tiled
+off` GGML_CPU_TILED_MM=0 (the per-row kernel always), before llama.cpp loads: llama.cpp reads them once per
+process, so `--all` runs each mode in its own process. Prints a table; the first group is the one-call bits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+TILED_ENV = {"default": {}, "force": {"GGML_CPU_TILED_MM_FORCE": "1"}, "off": {"GGML_CPU_TILED_MM": "0"}}
+
+
+def splits(n: int) -> list[list[int]]:
+    """The splits FINDINGS.md and issue 41 name, for n tokens (n > 650)."""
+    return [
+        [n],
+        [600, n - 600],
+        [512, n - 512],
+        [n - 10, 10],
+        [64] * (n // 64) + ([n % 64] if n % 64 else []),
+        [n - 1, 1],
+        [n - 2, 1, 1],
+        [n - 3, 3],
+        [n - 4, 4],
+        [n - 7, 7],
+        [n - 8, 8],
+        [650] + [1] * (n - 650),
+        [1] * 40 + [n - 40],
+    ]
+
+
+def measure(n: int, flash_attn: bool, n_threads: int, seed: int) -> dict:
+    """One process: every split's (logits SHA-256, canonical state SHA-256) and wall seconds."""
+    from kvgraft.app.core.model_store import embedded_model_path, model_sha256
+    from kvgraft.app.core.textgen import prefix_tokens
+    from kvgraft.app.proof.replay import decode_in_calls
+    from kvgraft.engine.compare import logits_sha256
+    from kvgraft.engine.config import EngineConfig
+    from kvgraft.engine.engine import Engine
+
+    path = embedded_model_path()
+    engine = Engine.load(EngineConfig(model_path=path, flash_attn=flash_attn, n_threads=n_threads), model_sha256(path))
+    try:
+        tokens = prefix_tokens(engine.model, n, seed=seed)
+        rows = []
+        for calls in splits(n):
+            with engine.session() as s:
+                t0 = time.perf_counter()
+                decode_in_calls(s, tokens, calls)
+                wall = time.perf_counter() - t0
+                rows.append(
+                    {"calls": calls, "logits": logits_sha256(s.logits()), "state": s.snapshot().sha256, "s": wall}
+                )
+        return {"backend": engine.backend, "rows": rows}
+    finally:
+        engine.close()
+
+
+def label(calls: list[int]) -> str:
+    out, i = [], 0
+    while i < len(calls):
+        j = i
+        while j < len(calls) and calls[j] == calls[i]:
+            j += 1
+        out.append(f"[{calls[i]}]x{j - i}" if j - i > 2 else ",".join(map(str, calls[i:j])))
+        i = j
+    return " + ".join(out)
+
+
+def report(mode: str, flash_attn: bool, result: dict) -> str:
+    rows = result["rows"]
+    groups: dict[tuple, int] = {}
+    for r in rows:
+        groups.setdefault((r["logits"], r["state"]), len(groups))
+    one = groups[(rows[0]["logits"], rows[0]["state"])]
+    same = sum(groups[(r["logits"], r["state"])] == one for r in rows)
+    lines = [
+        f"tiled={mode} flash_attn={'on' if flash_attn else 'off'}: {same} of {len(rows)} splits give the one-call bits"
+    ]
+    for r in rows:
+        g = groups[(r["logits"], r["state"])]
+        lines.append(f"  group {g}  {r['logits'][:12]} {r['state'][:12]}  {r['s']:6.2f} s  {label(r['calls'])}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--n", type=int, default=700, help="tokens (more than 650)")
+    ap.add_argument("--tiled", choices=list(TILED_ENV), default="default")
+    ap.add_argument("--flash-attn", action="store_true")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--all", action="store_true", help="every --tiled mode, flash attention off and on")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.n <= 650:
+        ap.error("--n must be more than 650 (the splits include 650 + single tokens)")
+    if args.child:
+        print(json.dumps(measure(args.n, args.flash_attn, args.threads, args.seed)))
+        return 0
+    results = []
+    configs = [(m, fa) for m in TILED_ENV for fa in (False, True)] if args.all else [(args.tiled, args.flash_attn)]
+    for mode, fa in configs:
+        cmd = [sys.executable, __file__, "--child", "--n", str(args.n), "--threads", str(args.threads)]
+        cmd += ["--seed", str(args.seed)] + (["--flash-attn"] if fa else [])
+        out = subprocess.run(cmd, env={**os.environ, **TILED_ENV[mode]}, capture_output=True, text=True)
+        if out.returncode != 0:
+            print(f"tiled={mode} flash_attn={fa}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
+            return 1
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        print(report(mode, fa, result), flush=True)
+        results.append({"tiled": mode, "flash_attn": fa, "n": args.n, "threads": args.threads, **result})
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
