@@ -9,7 +9,6 @@ then grabs the Library tab with an entry opened (docs/screenshot-library.png).
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import tempfile
@@ -33,9 +32,8 @@ from kvgraft.ui.main_window import MainWindow  # noqa: E402
 
 
 def main() -> None:
-    gc.disable()  # the window's rule: collections on the GUI thread only (ui/collector.py)
     app = QApplication(sys.argv[:1])
-    GuiCollector(app).start()
+    GuiCollector(app).start()  # the window's rule: gc off, collections on the GUI thread only
     engine = open_engine(Settings())
     problems = sorted(starter_problems(24), key=lambda p: len(p.solution))[:6]
     with open_library() as lib:

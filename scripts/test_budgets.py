@@ -12,21 +12,19 @@ from __future__ import annotations
 import math
 import sys
 import xml.etree.ElementTree as ET
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.timing_budget import budgets  # noqa: E402
+from tests.timing_budget import FileTimes, budgets  # noqa: E402
 
 
 def file_seconds(junit: Path) -> dict[str, float]:
-    out: dict[str, float] = defaultdict(float)
+    times = FileTimes()
     for case in ET.parse(junit).iter("testcase"):
-        module = case.get("classname", "").split(".")
-        name = next((m for m in module if m.startswith("test_")), None)
+        name = next((m for m in case.get("classname", "").split(".") if m.startswith("test_")), None)
         if name:
-            out[f"tests/{name}.py"] += float(case.get("time", 0))
-    return dict(out)
+            times.add(f"tests/{name}.py::{case.get('name')}", float(case.get("time", 0)))
+    return dict(times.seconds)
 
 
 def main(argv: list[str]) -> int:

@@ -377,10 +377,9 @@ def run(argv: list[str] | None = None) -> int:
     """Open the window. Files named on the command line (a file manager's "Open with kvgraft",
     the desktop entry's %F) are opened as if dropped on it."""
     argv = list(sys.argv if argv is None else argv)
-    gc.disable()  # before any thread starts: collections run on the GUI thread only (ui/collector.py)
     app = QApplication.instance() or QApplication(argv[:1])
     app.setApplicationName("kvgraft")
-    collector = GuiCollector(app).start()
+    collector = GuiCollector(app).start()  # gc off before any thread starts: collections on this thread only
     win = MainWindow()
     win.show()
     files = [a for a in argv[1:] if not a.startswith("-")]

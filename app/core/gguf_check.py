@@ -46,23 +46,26 @@ class _Header:
     def left(self) -> int:
         return self.size - self.fh.tell()
 
-    def read(self, n: int) -> bytes:
+    def _need(self, n: int) -> None:
         if n > self.left():
             raise self.malformed("it ends inside the header (truncated?)")
+
+    def read(self, n: int) -> bytes:
+        self._need(n)
         return self.fh.read(n)
 
     def unpack(self, fmt: str):
         return struct.unpack("<" + fmt, self.read(struct.calcsize(fmt)))[0]
 
     def skip(self, n: int) -> None:
-        if n > self.left():
-            raise self.malformed("it ends inside the header (truncated?)")
+        self._need(n)
         self.fh.seek(n, 1)
 
-    def string(self, limit: int | None = None) -> bytes:
+    def string(self) -> bytes:
+        """A key, a tensor name or a kept value (skipped values are never read into memory)."""
         n = self.unpack("Q")
-        if limit is not None and n > limit:
-            raise self.malformed(f"a string of {n:,} bytes where at most {limit:,} were expected")
+        if n > MAX_KEPT_STRING:
+            raise self.malformed(f"a string of {n:,} bytes where at most {MAX_KEPT_STRING:,} were expected")
         return self.read(n)
 
     def value(self, vtype: int, keep: bool):
@@ -71,7 +74,7 @@ class _Header:
             v = self.unpack(SCALARS[vtype])
             return v if keep else None
         if vtype == 8:
-            return self.string(MAX_KEPT_STRING) if keep else self.skip(self.unpack("Q"))
+            return self.string() if keep else self.skip(self.unpack("Q"))
         if vtype == 9:
             etype, count = self.unpack("I"), self.unpack("Q")
             if etype in SCALARS:
@@ -113,7 +116,7 @@ def _walk(h: _Header) -> tuple[dict, int]:
     fields: dict[str, tuple[int, object]] = {}
     seen: set[bytes] = set()
     for _ in range(n_kv):
-        raw = h.string(MAX_KEPT_STRING)
+        raw = h.string()
         if raw in seen:
             raise h.malformed(f"the key {raw!r} twice")  # llama.cpp refuses it too
         seen.add(raw)
@@ -127,7 +130,7 @@ def _walk(h: _Header) -> tuple[dict, int]:
             fields[key] = (vtype, value)
     tensors, names = [], set()
     for _ in range(n_tensors):
-        name = h.string(MAX_KEPT_STRING)
+        name = h.string()
         if name in names:
             raise h.malformed(f"tensor {name!r} twice")
         names.add(name)

@@ -82,12 +82,8 @@ class _Process:
             return bool(select.select([self.fd], [], [], timeout)[0])
         end = time.monotonic() + timeout
         while True:
-            try:
-                os.kill(self.pid, 0)
-            except ProcessLookupError:
+            if not _exists(os.kill, self.pid):
                 return True
-            except PermissionError:
-                pass
             if time.monotonic() >= end:
                 return False
             time.sleep(min(POLL_S, max(0.0, end - time.monotonic())))
@@ -100,14 +96,19 @@ class _Process:
                 os.kill(self.pid, sig)
 
 
-def _group_alive(pgid: int) -> bool:
+def _exists(kill, target: int) -> bool:
+    """Whether a process (`os.kill`) or a process group (`os.killpg`) exists (a zombie counts)."""
     try:
-        os.killpg(pgid, 0)
+        kill(target, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
     return True
+
+
+def _group_alive(pgid: int) -> bool:
+    return _exists(os.killpg, pgid)
 
 
 def _signal_group(pgid: int, sig: int) -> None:
