@@ -16,19 +16,20 @@ help:
 	@echo "make lint       ruff check, ruff format --check, lint-imports (the layer contracts in pyproject.toml)"
 	@echo "make format     ruff format and ruff check --fix"
 	@echo "make test-slow  also run the slow cases (8K-token prefixes, large runs)"
-	@echo "make demo CUDA=1  build llama-cpp-python with CMAKE_ARGS=-DGGML_CUDA=on"
+	@echo "make demo CUDA=1  build the patched llama-cpp-python with -DGGML_CUDA=on"
 	@echo "make bundle     the portable one-folder app (dist/kvgraft) and dist/kvgraft-VERSION-linux-x86_64.tar.gz, smoke-tested"
 	@echo "make bundle-check  the bundle's smoke test natively and on an emulated older CPU (qemu-user), with a control"
 	@echo "make install-desktop  a .desktop entry and icon for double-click start (Linux)"
 	@echo "make screenshot render docs/screenshot.png with a populated library (offscreen)"
 	@echo "make golden     check this machine's golden family in tests/golden/, or add it when its probe is new"
 
-$(STAMP): pyproject.toml
+# llama-cpp-python is built from its pinned sdist with our patches (packaging/llama_build.py; each patch
+# says why) before kvgraft is installed, so the pin in pyproject.toml finds it and keeps it.
+LLAMA_BUILD := packaging/llama_build.py $(wildcard packaging/llama-cpp-python/*.patch)
+$(STAMP): pyproject.toml $(LLAMA_BUILD)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-ifeq ($(CUDA),1)
-	CMAKE_ARGS="-DGGML_CUDA=on" $(PY) -m pip install --no-cache-dir --force-reinstall --no-deps --no-binary llama-cpp-python "llama-cpp-python==0.3.36"
-endif
+	$(PY) packaging/llama_build.py --install --cuda $(CUDA)
 	$(PY) -m pip install -e '.[dev]'
 	$(PY) -c "from kvgraft.app.core.model_store import embedded_model_path; print('model:', embedded_model_path(print))"
 	rm -f $(VENV)/.installed-cuda*

@@ -36,6 +36,10 @@ class LibraryView:
     def stats(self, n_ctx: int) -> dict:
         return self.library.stats(n_ctx=n_ctx)
 
+    def to_migrate(self, predecessors: list[str], model_sha256: str) -> int:
+        """Entries of this model under the engine's earlier fingerprints (kvgraft migrate moves them)."""
+        return len(self.library.entries_under(predecessors, model_sha256)) if predecessors else 0
+
     def remotes(self) -> list[dict]:
         """The remotes this library knows (app/remote/manage.py's shape)."""
         from kvgraft.app.remote.manage import remotes

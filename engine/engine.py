@@ -23,7 +23,11 @@ from .state import StateLayout, parse_state
 
 log = logging.getLogger(__name__)
 
-FINGERPRINT_VERSION = 2
+# Probe results this process computed or read, by their cache key: the probe is a pure function of the key's
+# material (model, bit-deciding config, build, machine), so engines of one config share one probe run.
+_PROBES: dict[str, dict] = {}
+
+FINGERPRINT_VERSION = 3  # 3: the probe says whether the engine is batch-invariant
 
 
 def _sha_json(obj: dict) -> str:
@@ -117,13 +121,16 @@ class Engine:
             **self._config_bits(),
             **self.environment,
             "schedule": list(probe_schedule(self)),
+            "n_threads": self.config.n_threads,  # the invariance splits run at it (it may decide bits)
         }
         key = cache_key(material)
-        hit = self.probe_cache.get(key) if self.probe_cache is not None else None
+        hit = _PROBES.get(key) or (self.probe_cache.get(key) if self.probe_cache is not None else None)
         if hit is not None:
+            _PROBES[key] = hit
             return hit
         result = run_probe(self)
         log.info("probe computed: %s", ", ".join(c["logits_sha256"][:12] for c in result["cases"]))
+        _PROBES[key] = result
         if self.probe_cache is not None:
             self.probe_cache.put(key, result)
         return result
@@ -131,12 +138,36 @@ class Engine:
     @cached_property
     def fingerprint_info(self) -> dict:
         """What decides the bits of a snapshot and of the logits after it: the bit-deciding config and
-        the probe hashes. Two engines with equal fingerprints make equal bits on the probe prompts."""
-        return {"fingerprint_version": FINGERPRINT_VERSION, **self._config_bits(), "probe": self.probe}
+        the probe hashes (with its batch-invariance splits). Two engines with equal fingerprints make
+        equal bits on the probe prompts, in every split the probe tries. n_threads is in it only where
+        the probe found that it decides the bits."""
+        info = {"fingerprint_version": FINGERPRINT_VERSION, **self._config_bits(), "probe": self.probe}
+        if self.threads_decide_bits:
+            info["n_threads"] = self.config.n_threads
+        return info
 
     @cached_property
     def fingerprint(self) -> str:
         return _sha_json(self.fingerprint_info)
+
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether the probe found this engine's bits independent of how tokens are split into decode
+        calls (engine/invariance.py). False: every exact path keeps its recorded schedule."""
+        return bool(self.probe.get("invariance", {}).get("invariant"))
+
+    @property
+    def threads_decide_bits(self) -> bool:
+        return bool(self.probe.get("invariance", {}).get("threads_decide_bits", True))
+
+    @cached_property
+    def predecessor_fingerprint(self) -> str:
+        """This engine's fingerprint as kvgraft computed it before the invariance probe (version 2: the
+        config and the one-call probe cases only). Entries stored under it were made by a build whose
+        one-call bits equal this one's, in calls that may have crossed a row-count switch: each is
+        re-proven by `kvgraft library migrate` (app/maintain/migrate.py), never relabelled in bulk."""
+        old_probe = {"version": 1, "schedule": self.probe["schedule"], "cases": self.probe["cases"]}
+        return _sha_json({"fingerprint_version": 2, **self._config_bits(), "probe": old_probe})
 
     @cached_property
     def legacy_fingerprint(self) -> str:

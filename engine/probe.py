@@ -4,7 +4,8 @@ Two machines graft each other's states exactly when their llama.cpp builds turn 
 into the same bytes. A CPU feature string cannot say that (an Intel Xeon with AMX and an AMD EPYC
 without it were measured to give identical snapshots and logits: ../shared/FINDINGS.md), so the
 engine fingerprint carries the outcome instead: for each probe prompt, the canonical snapshot
-SHA-256 and the logits SHA-256 after it, one prompt past the sliding window.
+SHA-256 and the logits SHA-256 after it, one prompt past the sliding window, and whether the long
+prompt gives the same bits in every split into decode calls (engine/invariance.py).
 
 The probe runs once per (model, llama.cpp build, bit-deciding config, device) and is cached in
 the model cache (`ProbeCache`). Its prompts are a pure function of the model's tokenizer and
@@ -21,11 +22,12 @@ import tempfile
 from pathlib import Path
 
 from .compare import logits_sha256
+from .invariance import run_invariance
 from .session import tokens_sha256
 
 log = logging.getLogger(__name__)
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2  # 2: the batch-invariance splits (engine/invariance.py)
 SHORT_TOKENS = 16
 PAST_WINDOW_MARGIN = 88  # the long prompt ends this far past the window (600 tokens for n_swa 512)
 CPU_SCHEDULE = (512, 512)  # (n_batch, n_ubatch) of the probe on the CPU, whatever the user's batch size
@@ -114,7 +116,10 @@ def run_probe(engine) -> dict:
                     "logits_sha256": logits_sha256(s.logits()),
                 }
             )
-    return {"version": PROBE_VERSION, "schedule": [cfg.n_batch, cfg.n_ubatch], "cases": cases}
+    # the long prompt again, split across each of llama.cpp's row-count switches (engine/invariance.py)
+    reference = (cases[-1]["logits_sha256"], cases[-1]["snapshot_sha256"])
+    invariance = run_invariance(probe_engine, probe_prompt(engine.model, lengths[-1]), reference)
+    return {"version": PROBE_VERSION, "schedule": [cfg.n_batch, cfg.n_ubatch], "cases": cases, "invariance": invariance}
 
 
 def probe_schedule(engine) -> tuple[int, int]:

@@ -92,3 +92,63 @@ class ProvenanceRecords:
                 [legacy, fingerprint, n, now()],
             )
         return n
+
+    def entries_under(self, fingerprints, model_sha256: str | None = None) -> list[Entry]:
+        """Intact entries made under any of `fingerprints` (of `model_sha256` when given), oldest first."""
+        fps = list(fingerprints)
+        if not fps:
+            return []
+        sql = f"SELECT * FROM entries WHERE fingerprint IN ({','.join('?' * len(fps))}) AND damaged IS NULL"
+        args = fps
+        if model_sha256 is not None:
+            sql += " AND (model_sha256 = ? OR model_sha256 IS NULL)"
+            args = [*fps, model_sha256]
+        return [Entry.from_row(r) for r in self._db.query(sql + " ORDER BY id", args)]
+
+    def migrate_entry(
+        self, entry: Entry, data, sha: str, elide, fingerprint: str, proof: str, receipt: dict | None
+    ) -> Entry:
+        """Point `entry` at the state `data` (address `sha`, computed from its tokens by the engine of
+        `fingerprint`) with that proof and receipt, in one transaction. The old blob is not an alias of
+        the new one (other bits, not another form of them); its row and file go once no entry uses it."""
+        from .staging import staged  # the staging imports the library's write path
+
+        old = entry.blob_sha256
+        with staged(self) as staging:
+            if sha != old:
+                staging.put(data, sha, elide=elide)
+            with staging.commit() as db:
+                db.execute(
+                    "UPDATE entries SET blob_sha256 = ?, fingerprint = ?, proof = ?, receipt = ? WHERE id = ?",
+                    [sha, fingerprint, proof, json.dumps(receipt, sort_keys=True) if receipt else None, entry.id],
+                )
+                orphan = (
+                    sha != old
+                    and db.execute("SELECT 1 FROM entries WHERE blob_sha256 = ? LIMIT 1", [old]).fetchone() is None
+                )
+                if orphan:
+                    db.execute("DELETE FROM blobs WHERE sha256 = ?", [old])
+        if sha != old and orphan:
+            self.blobs.delete(old)
+        return self.get(entry.id)
+
+    def migrate_owners(self, old: list[str], fingerprint: str) -> dict:
+        """Move threads and deposited files made under `old` fingerprints to `fingerprint` once none of
+        their entries is left under them (their states have all been migrated). Returns how many moved."""
+        if not old:
+            return {"threads": 0, "sources": 0}
+        marks = ",".join("?" * len(old))
+        with self.write():
+            threads = self._db.execute(
+                f"UPDATE threads SET fingerprint = ? WHERE fingerprint IN ({marks}) AND NOT EXISTS ("
+                f"SELECT 1 FROM turns t JOIN entries e ON e.id = t.entry_id WHERE t.thread_id = threads.id "
+                f"AND e.fingerprint IN ({marks}))",
+                [fingerprint, *old, *old],
+            ).rowcount
+            sources = self._db.execute(
+                f"UPDATE OR IGNORE sources SET fingerprint = ? WHERE fingerprint IN ({marks}) AND NOT EXISTS ("
+                f"SELECT 1 FROM source_sections ss JOIN entries e ON e.id = ss.entry_id WHERE ss.source_id = "
+                f"sources.id AND e.fingerprint IN ({marks}))",
+                [fingerprint, *old, *old],
+            ).rowcount
+        return {"threads": threads, "sources": sources}

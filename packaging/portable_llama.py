@@ -2,7 +2,7 @@
 
     python packaging/portable_llama.py [--wheel-dir build/portable-wheel]
 
-The same pinned llama-cpp-python source as the developer's .venv, built with
+The same pinned and patched llama-cpp-python source as the developer's .venv (packaging/llama_build.py), built with
 GGML_NATIVE=OFF GGML_BACKEND_DL=ON GGML_CPU_ALL_VARIANTS=ON: the core libraries for baseline x86-64 and
 one CPU backend per CPU family (x64, sse42, sandybridge, ivybridge, piledriver, haswell, skylakex,
 cannonlake, cascadelake, icelake, cooperlake, zen4, alderlake, sapphirerapids), of which ggml loads the
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -27,7 +28,20 @@ import time
 import zipfile
 from pathlib import Path
 
-VERSION = "0.3.36"  # the pin in pyproject.toml: the same source as the native build
+
+def _load_llama_build():
+    """packaging/llama_build.py by path (packaging/ is not put on sys.path: its kvgraft/ folder would
+    hide the installed package)."""
+    path = Path(__file__).resolve().parent / "llama_build.py"
+    spec = importlib.util.spec_from_file_location("kvgraft_llama_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+llama_build = _load_llama_build()  # the pinned sdist and its patches: the same source as the native build
+
+VERSION = llama_build.VERSION
 CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_BACKEND_DL=ON -DGGML_CPU_ALL_VARIANTS=ON"
 LIB = "llama_cpp/lib/"
 
@@ -67,6 +81,11 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def patches_key() -> dict:
+    """The patches the build applies, by name and SHA-256 (packaging/llama_build.py): part of the cache key."""
+    return llama_build.build_key(CMAKE_ARGS)["patches"]
+
+
 def cached(wheel_dir: Path) -> Path | None:
     meta = wheel_dir / "BUILD.json"
     try:
@@ -76,6 +95,8 @@ def cached(wheel_dir: Path) -> Path | None:
         return None
     if info.get("cmake_args") != CMAKE_ARGS or info.get("version") != VERSION or not wheel.is_file():
         return None
+    if info.get("patches") != patches_key():  # a wheel built before a patch changed is rebuilt
+        return None
     return wheel if _sha256(wheel) == info.get("sha256") else None
 
 
@@ -84,9 +105,9 @@ def build(wheel_dir: Path) -> Path:
     raw_dir.mkdir(parents=True, exist_ok=True)
     for old in raw_dir.glob("*.whl"):
         old.unlink()
+    src = llama_build.patched_source(wheel_dir / "src", wheel_dir / "sdist")  # the .venv's source and patches
     env = dict(os.environ, CMAKE_ARGS=CMAKE_ARGS, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-binary", "llama-cpp-python"]
-    cmd += ["--no-cache-dir", f"llama-cpp-python=={VERSION}", "-w", str(raw_dir)]
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", str(src), "-w", str(raw_dir)]
     print(f"building llama-cpp-python {VERSION} with {CMAKE_ARGS} (about 18 min on 2 cores, once)", flush=True)
     t0 = time.time()
     subprocess.run(cmd, env=env, check=True)
@@ -110,6 +131,7 @@ def finish(raw: Path, wheel_dir: Path, build_seconds: int) -> Path:
     info = {
         "version": VERSION,
         "cmake_args": CMAKE_ARGS,
+        "patches": patches_key(),
         "wheel": out.name,
         "sha256": _sha256(out),
         "variants": variants,

@@ -45,7 +45,7 @@ def splits(n: int) -> list[list[int]]:
     ]
 
 
-def measure(n: int, flash_attn: bool, n_threads: int, seed: int) -> dict:
+def measure(n: int, flash_attn: bool, n_threads: int, seed: int, kv: str = "f16") -> dict:
     """One process: every split's (logits SHA-256, canonical state SHA-256) and wall seconds."""
     from kvgraft.app.core.model_store import embedded_model_path, model_sha256
     from kvgraft.app.core.textgen import prefix_tokens
@@ -55,7 +55,10 @@ def measure(n: int, flash_attn: bool, n_threads: int, seed: int) -> dict:
     from kvgraft.engine.engine import Engine
 
     path = embedded_model_path()
-    engine = Engine.load(EngineConfig(model_path=path, flash_attn=flash_attn, n_threads=n_threads), model_sha256(path))
+    engine = Engine.load(
+        EngineConfig(model_path=path, flash_attn=flash_attn, n_threads=n_threads, type_k=kv, type_v=kv),
+        model_sha256(path),
+    )
     try:
         tokens = prefix_tokens(engine.model, n, seed=seed)
         rows = []
@@ -105,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tiled", choices=list(TILED_ENV), default="default")
     ap.add_argument("--flash-attn", action="store_true")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kv", choices=("f16", "q8_0"), default="f16", help="KV cache type (q8_0 needs --flash-attn)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--all", action="store_true", help="every --tiled mode, flash attention off and on")
     ap.add_argument("--json", type=Path, help="write the results here")
@@ -113,13 +117,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.n <= 650:
         ap.error("--n must be more than 650 (the splits include 650 + single tokens)")
     if args.child:
-        print(json.dumps(measure(args.n, args.flash_attn, args.threads, args.seed)))
+        print(json.dumps(measure(args.n, args.flash_attn, args.threads, args.seed, args.kv)))
         return 0
     results = []
     configs = [(m, fa) for m in TILED_ENV for fa in (False, True)] if args.all else [(args.tiled, args.flash_attn)]
     for mode, fa in configs:
         cmd = [sys.executable, __file__, "--child", "--n", str(args.n), "--threads", str(args.threads)]
-        cmd += ["--seed", str(args.seed)] + (["--flash-attn"] if fa else [])
+        cmd += ["--seed", str(args.seed), "--kv", args.kv] + (["--flash-attn"] if fa else [])
         out = subprocess.run(cmd, env={**os.environ, **TILED_ENV[mode]}, capture_output=True, text=True)
         if out.returncode != 0:
             print(f"tiled={mode} flash_attn={fa}: failed\n{out.stderr[-2000:]}", file=sys.stderr)

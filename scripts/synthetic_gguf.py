@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Write a tiny GGUF with random weights that llama.cpp loads: a stand-in model for tests.
 
-    .venv/bin/python scripts/synthetic_gguf.py --arch gemma3|llama -o FILE [--seed N] [--chat-template]
+    .venv/bin/python scripts/synthetic_gguf.py --arch gemma3|llama|qwen2 -o FILE [--seed N] [--chat-template]
 
 `gemma3`: Gemma 3's graph and window rule with toy sizes. llama.cpp's gemma3 loader reads the window
 from `gemma3.attention.sliding_window` and fixes the layer pattern itself (`set_swa_pattern(6)`: a
 layer is windowed when il % 6 < 5, so layer 5 is the one global layer of six; no pattern key is read).
 The window is 32 tokens, far shorter than any test prefix, so grafts past the window are cheap to test.
 `llama`: the llama graph, no window (one KV cache in a snapshot, so compaction never applies).
+`qwen2`: the Qwen2 graph (llama's with Q/K/V biases: the 1.5B instruct model's architecture), no window.
 
 Both have an SPM ("llama") vocabulary of 768 tokens: <unk> <s> </s>, two ChatML markers, the 256
 byte-fallback tokens and word pieces. `--chat-template` adds a ChatML `tokenizer.chat_template`.
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 from gguf import GGUFWriter, LlamaFileType, TokenType
 
-ARCHS = ("gemma3", "llama")
+ARCHS = ("gemma3", "llama", "qwen2")
 N_VOCAB = 768
 N_CTX_TRAIN = 8192
 N_SWA = 32  # gemma3 only
@@ -57,7 +58,7 @@ class Shape:
     n_ff: int = 256
 
 
-SHAPES = {"gemma3": Shape(n_layer=6), "llama": Shape(n_layer=4)}
+SHAPES = {"gemma3": Shape(n_layer=6), "llama": Shape(n_layer=4), "qwen2": Shape(n_layer=4)}
 
 
 def vocabulary() -> tuple[list[str], list[float], list[int]]:
@@ -94,6 +95,10 @@ def _norm(rng: np.random.Generator, n: int) -> np.ndarray:
     return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
 
+def _bias(rng: np.random.Generator, n: int) -> np.ndarray:
+    return (0.1 * rng.standard_normal(n)).astype(np.float32)
+
+
 def _tensors(arch: str, shape: Shape, rng: np.random.Generator) -> list[tuple[str, np.ndarray]]:
     q_dim = shape.n_head * shape.head_dim
     kv_dim = shape.n_head_kv * shape.head_dim
@@ -111,6 +116,8 @@ def _tensors(arch: str, shape: Shape, rng: np.random.Generator) -> list[tuple[st
             ("ffn_up.weight", _matrix(rng, shape.n_ff, shape.n_embd)),
             ("ffn_down.weight", _matrix(rng, shape.n_embd, shape.n_ff)),
         ]
+        if arch == "qwen2":
+            layer += [(f"attn_{x}.bias", _bias(rng, n)) for x, n in (("q", q_dim), ("k", kv_dim), ("v", kv_dim))]
         if arch == "gemma3":
             layer += [
                 ("attn_q_norm.weight", _norm(rng, shape.head_dim)),

@@ -212,3 +212,18 @@ def test_bundle_size_parts(tmp_path):
     assert parts["Python (libpython, stdlib, pyz)"] == 3000 + (tmp_path / "kvgraft" / "kvgraft").stat().st_size
     assert parts["other"] == 10
     assert list(parts) == sorted(parts, key=lambda k: -parts[k])
+
+
+def test_the_portable_wheel_is_rebuilt_when_a_patch_changes(tmp_path, monkeypatch):
+    """BUILD.json records the patches' hashes: a wheel built from other patches is not reused."""
+    raw = tmp_path / "llama_cpp_python-0.3.36-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(raw, "w") as z:
+        z.writestr("bin/libggml-cpu-x64.so", b"x64 kernels")
+        z.writestr("llama_cpp_python-0.3.36.dist-info/RECORD", "")
+    out = tmp_path / "out"
+    out.mkdir()
+    wheel = portable_llama.finish(raw, out, 0)
+    assert portable_llama.cached(out) == wheel
+    assert set(portable_llama.patches_key()) >= {"sgemm-one-token.patch", "flash-attn-one-path.patch"}
+    monkeypatch.setattr(portable_llama, "patches_key", lambda: {"sgemm-one-token.patch": "0" * 64})
+    assert portable_llama.cached(out) is None

@@ -367,9 +367,16 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
         # the entries the table lists (answer-ready states and thread states are not knowledge entries)
         listed = stats["entries"] - sum(stats["by_kind"].get(k, 0) for k in ("answer", "session", "cache"))
         disk = f", {stats['bytes']:,} bytes on disk" if stats.get("bytes") else ""
+        info = self.engine_info
+        migrate = self.view.to_migrate(info.get("predecessors", []), info.get("model_sha256", ""))
         self.library_label.setText(
             f"library: {listed:,} entries, {stats['tokens']:,} tokens = {stats['context_multiple']:.1f}x the "
             f"{self.settings.n_ctx:,}-token context{disk}"
+            + (
+                f"; {migrate:,} made under this engine's earlier build are not grafted until moved (kvgraft migrate)"
+                if migrate
+                else ""
+            )
         )
 
 

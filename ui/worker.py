@@ -26,6 +26,7 @@ from kvgraft.app.core.errors import Cancelled, EngineError, LibraryError
 from kvgraft.app.core.progress import CancelFlag
 from kvgraft.app.core.runtime import Settings, open_engine
 from kvgraft.app.ingest.import_files import import_files
+from kvgraft.app.maintain.migrate import predecessors
 from kvgraft.app.maintain.repair import check_library
 from kvgraft.app.packs.export import export_pack
 from kvgraft.app.service import LibraryService, open_library
@@ -150,6 +151,9 @@ class EngineWorker(QObject, WorkerOps, RemoteOps):
                     "backend": self.engine.backend,
                     "fingerprint": self.engine.fingerprint,
                     "n_ctx": self.engine.config.n_ctx,
+                    "model_sha256": info.sha256,
+                    "predecessors": predecessors(self.engine),  # entries under these are left to migrate
+                    "batch_invariant": self.engine.batch_invariant,
                 }
             )
 

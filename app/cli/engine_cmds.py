@@ -14,6 +14,15 @@ from kvgraft.engine.cpu_backend import CpuBackend
 from kvgraft.engine.exactness import ExactnessRecord
 
 
+def invariance_words(inv: dict) -> str:
+    """What the probe found about batching, in words (the doctor's line)."""
+    if inv["invariant"]:
+        words = f"yes: {inv['splits']} splits into decode calls gave the one-call bits"
+    else:
+        words = f"no: {', '.join(inv['differ'])} gave other bits (exact paths keep their recorded schedules)"
+    return words + ("; n_threads decides the bits" if inv["threads_decide_bits"] else "")
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 @engine_options
@@ -46,6 +55,13 @@ def doctor(state, as_json: bool) -> None:
         f"data dir          {report.data_dir}",
         f"model cache       {report.model_dir}",
         f"fingerprint       {report.fingerprint}",
+        f"batch-invariant   {invariance_words(report.batch_invariance)}",
+        "to migrate        "
+        + (
+            f"{report.to_migrate:,} entries made under this engine's earlier fingerprint (kvgraft migrate)"
+            if report.to_migrate
+            else "nothing"
+        ),
         "window libraries  "
         + (
             "all found"

@@ -294,4 +294,41 @@ def stats(n_ctx, as_json) -> None:
         )
 
 
-COMMANDS = [deposit, list_entries, search, show, rm, gc, fsck, stats]
+@click.command()
+@click.option("--limit", type=click.IntRange(1), default=None, help="At most this many entries this run.")
+@click.option("--json", "as_json", is_flag=True, help="moved, same_bits and refused (id: why) as JSON.")
+@engine_options
+@handle_errors
+def migrate(state, limit, as_json) -> None:
+    """Move the entries made under this engine's earlier fingerprint onto it, each proven again.
+
+    Each entry's state is computed here from its tokens and a graft of it is checked against the fresh
+    run (app/maintain/migrate.py); only then does the entry move, with proof "replayed". Entries that
+    fail stay where they are and are listed. Exit 0 when none failed."""
+    from kvgraft.app.maintain.migrate import migrate as run_migrate
+    from kvgraft.app.maintain.migrate import pending
+    from kvgraft.app.service import LibraryService
+
+    with open_library(cli_home()) as lib, LibraryService(state.engine(), lib) as service:
+        todo = len(pending(service))
+        if todo:
+            click.echo(f"migrating {min(todo, limit or todo):,} of {todo:,} entries onto this engine", err=True)
+        progress = stage_progress("migrate")
+        report = run_migrate(service, on_progress=lambda done, total, _e: progress("entries", done, total), limit=limit)
+        left = len(pending(service))
+    if as_json:
+        emit_json({**report.as_dict(), "left": left})
+    elif not todo:
+        click.echo("nothing to migrate: no entry of this model is under this engine's earlier fingerprint")
+    else:
+        click.echo(
+            f"{len(report.moved):,} entries moved onto this engine ({len(report.same_bits):,} kept their bits, "
+            f"{len(report.moved) - len(report.same_bits):,} were computed again); {left:,} left"
+        )
+        for eid, why in report.refused.items():
+            click.echo(f"entry #{eid} stays: {why}", err=True)
+    if report.refused:
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+COMMANDS = [deposit, list_entries, search, show, rm, gc, fsck, stats, migrate]

@@ -12,6 +12,7 @@ from kvgraft.app import __version__
 from kvgraft.app.core.desktop_libs import missing_window_libraries
 from kvgraft.app.core.paths import data_dir, model_dir
 from kvgraft.app.maintain.graft_checks import graft_check_report
+from kvgraft.app.maintain.migrate import pending_count
 from kvgraft.engine.bindings import supports_gpu_offload
 from kvgraft.engine.engine import Engine
 from kvgraft.engine.probe import ProbeCache
@@ -44,11 +45,23 @@ class DoctorReport:
     fingerprint: str
     graft_check: dict  # kvgraft selftest's outcomes on this device
     fingerprint_info: dict  # compared: config and probe hashes
+    batch_invariance: dict  # the probe's splits: invariant, threads_decide_bits, which splits differ
+    to_migrate: int  # library entries under this engine's earlier fingerprint (kvgraft migrate)
     environment: dict  # descriptive: recorded, never compared
     window_libraries: dict  # missing shared object -> its Debian package (empty: the window can start)
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def invariance_summary(engine: Engine) -> dict:
+    inv = engine.probe.get("invariance", {})
+    return {
+        "invariant": engine.batch_invariant,
+        "threads_decide_bits": engine.threads_decide_bits,
+        "splits": len(inv.get("splits", [])),
+        "differ": [s["name"] for s in inv.get("splits", []) if not s["same"]],
+    }
 
 
 def doctor_report(engine: Engine, home: Path | None = None, checks: ProbeCache | None = None) -> DoctorReport:
@@ -102,6 +115,8 @@ def doctor_report(engine: Engine, home: Path | None = None, checks: ProbeCache |
         fingerprint=engine.fingerprint,
         graft_check=graft_check_report(engine, checks),
         fingerprint_info=engine.fingerprint_info,
+        batch_invariance=invariance_summary(engine),
+        to_migrate=pending_count(engine, home),
         environment=engine.environment,
         window_libraries=missing_window_libraries(),
     )

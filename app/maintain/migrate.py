@@ -1,0 +1,131 @@
+"""Moving the library onto a new engine: every entry made under this engine's predecessor, proven again here.
+
+When the engine's fingerprint changes (the batch-invariant build: docs/exact-graft.md), entries stored
+under the old one are "another engine": never grafted. Relabelling them in bulk would be a claim nobody
+checked: the old build made the same bits only in calls of 8+ rows, and a thread's replies were decoded
+a token at a time. So each entry is computed again from its tokens on this engine (one prefill when the
+engine is batch-invariant, else in the entry's recorded schedule), its probe decoded after it fresh and
+after a graft of the new state, and only when the two logits are bit-identical is the entry moved: to
+the new state (the same blob when the bits did not change), proof "replayed", the new receipt. An entry
+whose tokens are not its text's, or whose graft check differs, stays where it is and is reported.
+
+Which entries: those under this engine's predecessor fingerprints (`Engine.predecessor_fingerprint`,
+`Engine.legacy_fingerprint`), of this model. `kvgraft library migrate` runs it; `kvgraft doctor` and the
+window say how many are left.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kvgraft.app.proof.receipt import Receipt, probe_for
+from kvgraft.app.proof.replay import expected_tokens, prefill_in_schedule
+from kvgraft.app.service import LibraryService
+from kvgraft.engine.compare import logits_sha256
+from kvgraft.engine.errors import EngineError
+from kvgraft.library.errors import LibraryError
+from kvgraft.library.records import REPLAYED, Entry
+from kvgraft.library.tokens import tokens_sha256
+
+log = logging.getLogger(__name__)
+
+STORED_TOKENS = ("session", "cache")  # kinds whose tokens are a transcript, not their text tokenized again
+
+
+def predecessors(engine) -> list[str]:
+    """The fingerprints this engine's own earlier builds of kvgraft stored entries under."""
+    return [fp for fp in (engine.predecessor_fingerprint, engine.legacy_fingerprint) if fp != engine.fingerprint]
+
+
+def pending(service: LibraryService) -> list[Entry]:
+    """Entries left to migrate onto this engine, oldest first."""
+    return pending_in(service.library, service.engine)
+
+
+def pending_in(library, engine) -> list[Entry]:
+    return library.entries_under(predecessors(engine), engine.model.info.sha256)
+
+
+def pending_count(engine, home=None) -> int:
+    """How many entries of the library in `home` are left to migrate (0 where there is no library yet:
+    none is created to say so)."""
+    from kvgraft.app.core.paths import data_dir
+    from kvgraft.app.service import open_library
+
+    if not (data_dir(home) / "index.db").is_file():
+        return 0
+    with open_library(home) as lib:
+        return len(pending_in(lib, engine))
+
+
+@dataclass
+class MigrationReport:
+    moved: list[int] = field(default_factory=list)  # entries now under this engine
+    same_bits: list[int] = field(default_factory=list)  # of those, the state computed here was the stored one
+    refused: dict[int, str] = field(default_factory=dict)  # entry id -> why it stayed
+    owners: dict = field(default_factory=dict)  # threads and deposited files moved with their entries
+
+    def as_dict(self) -> dict:
+        refused = {str(k): v for k, v in self.refused.items()}
+        return {"moved": self.moved, "same_bits": self.same_bits, "refused": refused, "owners": self.owners}
+
+
+def _tokens(engine, e: Entry) -> list[int]:
+    tokens = e.tokens
+    if len(tokens) != e.n_tokens or tokens_sha256(tokens) != e.tokens_sha256:
+        raise ValueError("its stored tokens do not match their hash")
+    if e.kind not in STORED_TOKENS and tokens != expected_tokens(engine.model, e.kind, e.text, e.question):
+        raise ValueError("its tokens are not its text's on this model")
+    return tokens
+
+
+def migrate_entry(service: LibraryService, e: Entry) -> tuple[Entry, bool]:
+    """Compute `e`'s state here, check a graft of it against the fresh run, and move the entry.
+    Returns (the moved entry, whether its stored bits were already this engine's). Raises ValueError,
+    EngineError or LibraryError when it stays."""
+    engine = service.engine
+    tokens = _tokens(engine, e)
+    probe_text, probe = probe_for(engine.model, e.kind, e.question, e.text)
+    with engine.session() as fresh:  # a new context, never the warm one
+        if engine.batch_invariant:
+            fresh.prefill(tokens)  # any split gives the same bits: one prefill
+        else:
+            prefill_in_schedule(fresh, tokens, e.schedule)
+        snap = fresh.snapshot()
+        fresh.prefill(probe)
+        want = logits_sha256(fresh.logits())
+    with service.session() as g:
+        g.graft(snap, bytes_verified=True)
+        g.prefill(probe)
+        got = logits_sha256(g.logits())
+    if got != want:
+        raise EngineError(f"a graft of its state gives other logits than the fresh run ({got[:12]} vs {want[:12]})")
+    receipt = Receipt.compared(probe_text, probe, want, got, computed="library migrate")
+    same = snap.sha256 == e.blob_sha256
+    moved = service.library.migrate_entry(
+        e, snap.data, snap.sha256, snap.elided, engine.fingerprint, REPLAYED, receipt.as_dict()
+    )
+    return moved, same
+
+
+def migrate(
+    service: LibraryService, on_progress: Callable[[int, int, Entry], None] | None = None, limit: int | None = None
+) -> MigrationReport:
+    """Migrate every pending entry (or the first `limit`); `on_progress(done, total, entry)` after each."""
+    todo = pending(service)[:limit] if limit is not None else pending(service)
+    report = MigrationReport()
+    for k, e in enumerate(todo):
+        try:
+            _moved, same = migrate_entry(service, e)
+            report.moved.append(e.id)
+            if same:
+                report.same_bits.append(e.id)
+        except (ValueError, EngineError, LibraryError) as exc:
+            report.refused[e.id] = str(exc)
+            log.warning("entry #%d not migrated: %s", e.id, exc)
+        if on_progress is not None:
+            on_progress(k + 1, len(todo), e)
+    report.owners = service.library.migrate_owners(predecessors(service.engine), service.engine.fingerprint)
+    return report

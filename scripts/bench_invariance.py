@@ -1,0 +1,140 @@
+"""What the batch-invariant build costs: prefill and decode tokens/s, default build vs invariant, side by side.
+
+    .venv/bin/python scripts/bench_invariance.py                  # both models, 3 rounds (~6 min on 2 cores)
+    .venv/bin/python scripts/bench_invariance.py --models 270m --rounds 1
+
+Builds compared, each in its own process (llama.cpp reads its switches once per process):
+  default      llama-cpp-python 0.3.36 unpatched, as PyPI builds it (its libraries kept in
+               build/llama-default/lib, loaded through LLAMA_CPP_LIB_PATH: `--default-lib`)
+  invariant    the patched build (packaging/llama-cpp-python/) with GGML_CPU_TILED_MM_FORCE=1: kvgraft's engine
+  per-row      the patched build with GGML_CPU_TILED_MM=0 (the per-row K-quant kernel for every call)
+Rounds alternate the builds, so drift hits them alike; the table shows each build's median and its ratio to
+the default's. The workloads: a cold prompt (512 tokens in one call) plus a 64-token reply, and a warm turn
+(40 new tokens after the 512 already held) plus a 64-token reply; greedy, one token per call (lookup off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+BUILDS = ("default", "invariant", "per-row")
+PROMPT, TURN, REPLY = 512, 40, 64
+
+
+def build_env(build: str, default_lib: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_CPU_TILED_MM")}
+    env.pop("LLAMA_CPP_LIB_PATH", None)
+    if build == "default":
+        env["LLAMA_CPP_LIB_PATH"] = str(default_lib)
+        env["KVGRAFT_BATCH_INVARIANT"] = "0"
+    elif build == "per-row":
+        env["KVGRAFT_BATCH_INVARIANT"] = "0"
+        env["GGML_CPU_TILED_MM"] = "0"
+    else:
+        env.pop("KVGRAFT_BATCH_INVARIANT", None)
+    return env
+
+
+def measure(model: str, threads: int) -> dict:
+    """One process: seconds for the prompt, the reply after it, the warm turn and the reply after it."""
+    from kvgraft.app.core.model_registry import known
+    from kvgraft.app.core.model_store import embedded_model_path, model_sha256
+    from kvgraft.app.core.paths import model_dir
+    from kvgraft.app.core.textgen import prefix_tokens
+    from kvgraft.engine.config import EngineConfig
+    from kvgraft.engine.engine import Engine
+
+    path = embedded_model_path() if model == "270m" else model_dir() / known(model).file_name
+    cfg = EngineConfig(model_path=path, n_ctx=1024, n_threads=threads, lookup=0)
+    engine = Engine.load(cfg, model_sha256(path))
+    try:
+        toks = prefix_tokens(engine.model, PROMPT + TURN, seed=3)
+        with engine.session() as s:
+            s.prefill(toks[:8])  # warm the kernels and buffers outside the clock
+        with engine.session() as s:
+            t0 = time.perf_counter()
+            s.prefill(toks[:PROMPT])
+            t1 = time.perf_counter()
+            s.generate(REPLY, stop_at_eog=False)
+            t2 = time.perf_counter()
+            s.trim(PROMPT)
+            t3 = time.perf_counter()
+            s.prefill(toks[PROMPT:])
+            t4 = time.perf_counter()
+            s.generate(REPLY, stop_at_eog=False)
+            t5 = time.perf_counter()
+        return {"prefill": t1 - t0, "reply": t2 - t1, "turn": t4 - t3, "turn_reply": t5 - t4}
+    finally:
+        engine.close()
+
+
+def table(results: dict) -> str:
+    lines = [
+        "| model | build | prefill tok/s | decode tok/s | cold prompt + reply (s) | warm turn + reply (s) "
+        "| vs default |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for model, by_build in results.items():
+        base = None
+        for build in BUILDS:
+            runs = by_build.get(build)
+            if not runs:
+                continue
+            med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+            cold = med["prefill"] + med["reply"]
+            warm = med["turn"] + med["turn_reply"]
+            if base is None:
+                base = (cold, warm)
+            ratio = f"cold {base[0] / cold:.2f}x, warm {base[1] / warm:.2f}x"
+            lines.append(
+                f"| {model} | {build} | {PROMPT / med['prefill']:.0f} | {REPLY / med['reply']:.1f} | "
+                f"{cold:.2f} | {warm:.2f} | {ratio} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", nargs="+", default=["270m", "qwen2.5-coder-1.5b"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--default-lib", type=Path, default=REPO / "build/llama-default/lib")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(measure(args.child, args.threads)))
+        return 0
+    builds = BUILDS if (args.default_lib / "libllama.so").is_file() else BUILDS[1:]
+    if "default" not in builds:
+        print(f"no default build in {args.default_lib}: comparing the patched build's two modes only", file=sys.stderr)
+    results: dict = {m: {} for m in args.models}
+    for r in range(args.rounds):
+        for model in args.models:
+            for build in builds:
+                cmd = [sys.executable, __file__, "--child", model, "--threads", str(args.threads)]
+                out = subprocess.run(cmd, env=build_env(build, args.default_lib), capture_output=True, text=True)
+                if out.returncode != 0:
+                    print(f"{model} {build}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
+                    return 1
+                results[model].setdefault(build, []).append(json.loads(out.stdout.strip().splitlines()[-1]))
+                print(f"round {r + 1}/{args.rounds} {model} {build}: done", file=sys.stderr, flush=True)
+    print(f"{args.threads} threads, {args.rounds} rounds, medians; {os.uname().machine}")
+    print(table(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
