@@ -14,17 +14,15 @@ import os
 import threading
 from pathlib import Path
 
-# The same bits however the tokens are batched (docs/exact-graft.md, "The switches"). llama.cpp's tiled
-# K-quant kernel serves calls of 8+ rows and the per-row kernel, which sums in another order, smaller
-# ones: GGML_CPU_TILED_MM_FORCE=1 sends every row count to the tiled kernel. Flash attention picks among
-# three paths by the call's shape: GGML_CPU_FA_ONE_PATH=1 (our patch, packaging/llama-cpp-python/) keeps
-# it on one. llama.cpp reads both once per process, so they are set here, before llama_cpp loads.
-# KVGRAFT_BATCH_INVARIANT=0 leaves llama.cpp's defaults (the probe then finds the engine not invariant
-# and today's schedules stay: the fallback, tested in a subprocess).
-INVARIANT_SWITCH = "KVGRAFT_BATCH_INVARIANT"
-INVARIANT_ENV = {"GGML_CPU_TILED_MM_FORCE": "1", "GGML_CPU_FA_ONE_PATH": "1"}
-if os.environ.get(INVARIANT_SWITCH, "1") != "0":
-    os.environ.update(INVARIANT_ENV)
+from . import switches as _switches
+
+# The same bits however the tokens are batched (docs/exact-graft.md, "The switches"): llama.cpp picks
+# kernels by the rows in a call, and they sum in other orders. engine/switches.py names the settings
+# that send every row count through one kernel; llama.cpp reads them once per process, so the mode is
+# applied here, before llama_cpp loads. KVGRAFT_BATCH_INVARIANT=0 leaves llama.cpp's own switches (the
+# probe then finds the engine not invariant and today's schedules stay: the fallback, tested in a
+# subprocess); a mode's name picks that mode.
+SWITCH_MODE = _switches.apply(os.environ)
 
 import llama_cpp as llama  # noqa: E402, F401  (re-exported for the engine modules)
 

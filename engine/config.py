@@ -45,12 +45,12 @@ class EngineConfig:
     """How to load the model and build contexts.
 
     Fields that decide the bits of a snapshot or of the logits (model file, KV types, flash
-    attention, backend) go into the engine fingerprint. n_threads was measured not to change the
-    bits on the CPU backend, nor were n_batch and n_ubatch at the shapes tests/test_determinism.py
-    re-checks (flash attention off). The decode schedule does decide the bits in general (some
-    splits into calls do, and with flash attention on any split into micro-batches does), so every
-    entry records its schedule (app/proof/replay.py) and replays in it. On a GPU backend the batch shape
-    is also in the fingerprint.
+    attention, backend) go into the engine fingerprint. On kvgraft's build of llama.cpp the decode
+    schedule does not decide the bits on the CPU (docs/exact-graft.md, the invariant build): the
+    probe checks that on every machine (`Engine.batch_invariant`), and n_threads enters the
+    fingerprint only where the probe finds that it decides them. Every entry still records its
+    schedule (app/proof/replay.py) and replays in it, which is what keeps a non-invariant engine
+    (another build, a GPU backend, whose batch shape is in the fingerprint) exact.
     """
 
     model_path: Path

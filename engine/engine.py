@@ -12,7 +12,7 @@ import logging
 import platform
 from functools import cached_property
 
-from .bindings import cpu_backend, package_version, supports_gpu_offload, system_info
+from .bindings import SWITCH_MODE, cpu_backend, package_version, supports_gpu_offload, system_info
 from .compaction import WindowSpec
 from .config import KV_TYPES, EngineConfig
 from .errors import ConfigError, EngineError
@@ -108,6 +108,8 @@ class Engine:
             # hash: the probe cache keys on this environment, so a native and a portable build never reuse
             # each other's cached probe results (whether their bits agree is the probe's to say)
             "cpu_backend": cpu_backend().as_dict(),
+            # which of llama.cpp's row-count switches this process set (engine/switches.py): other kernels
+            "switches": SWITCH_MODE,
             "cpu": cpu_model(),
             "machine": platform.machine(),
             "python": platform.python_version(),
@@ -159,15 +161,6 @@ class Engine:
     @property
     def threads_decide_bits(self) -> bool:
         return bool(self.probe.get("invariance", {}).get("threads_decide_bits", True))
-
-    @cached_property
-    def predecessor_fingerprint(self) -> str:
-        """This engine's fingerprint as kvgraft computed it before the invariance probe (version 2: the
-        config and the one-call probe cases only). Entries stored under it were made by a build whose
-        one-call bits equal this one's, in calls that may have crossed a row-count switch: each is
-        re-proven by `kvgraft library migrate` (app/maintain/migrate.py), never relabelled in bulk."""
-        old_probe = {"version": 1, "schedule": self.probe["schedule"], "cases": self.probe["cases"]}
-        return _sha_json({"fingerprint_version": 2, **self._config_bits(), "probe": old_probe})
 
     @cached_property
     def legacy_fingerprint(self) -> str:

@@ -17,17 +17,19 @@ path keeps today's recorded schedules.
 from __future__ import annotations
 
 import hashlib
+from contextlib import ExitStack
 
 from .compare import logits_sha256
 from .lookup_decode import feed
 
-# (name, calls before the tail as "chunks" of n_batch or an explicit head, tail tokens, output rows of the tail)
+# (name, calls before the tail as "chunks" of n_batch or an explicit head, tail tokens, output rows of the
+# tail, which prompt: the probe's "long" one past the window or its "short" one of 16 tokens)
 SPLITS = (
-    ("one-token call", None, 1, 1),  # sgemm's n < 2; flash attention's one-row split-KV path past 512 cells
-    ("call under 8 rows", None, 5, 1),  # the tiled K-quant kernel's floor
-    ("64+ rows after a prefix", None, 70, 1),  # flash attention's tiled path (GGML_FA_TILE_Q)
-    ("small calls first", (1, 7), 0, 1),  # a one-token and a 7-token call at the start of the context
-    ("several output rows", None, 4, 4),  # the last layer runs every row whose logits are read
+    ("one-token call", None, 1, 1, "long"),  # sgemm's n < 2; flash attention's one-row split-KV path past 512 cells
+    ("call under 8 rows", None, 5, 1, "long"),  # the tiled K-quant kernel's floor
+    ("64+ rows after a prefix", None, 70, 1, "long"),  # flash attention's tiled path (GGML_FA_TILE_Q)
+    ("small calls first", (1, 7), 0, 1, "short"),  # a one-token and a 7-token call at the start of the context
+    ("several output rows", None, 4, 4, "long"),  # the last layer runs every row whose logits are read
 )
 
 
@@ -65,25 +67,30 @@ def outcome(session) -> tuple[str, str]:
     return logits_sha256(session.logits()), hashlib.sha256(data).hexdigest()
 
 
-def run_invariance(probe_engine, tokens: list[int], reference: tuple[str, str]) -> dict:
-    """Decode `tokens` in each split on `probe_engine` and compare with `reference` (the one-call
-    logits and canonical state SHA-256); then the one-token split at another thread count."""
+def run_invariance(probe_engine, prompts: dict[str, tuple[list[int], tuple[str, str]]]) -> dict:
+    """Decode each split's prompt (`prompts`: name -> (tokens, the one-call logits and canonical state
+    SHA-256)) on `probe_engine` and compare; then the one-token split at another thread count.
+
+    Splits that begin with the same first call share it: the context keeps it and forgets the rest
+    (`trim`) before the next split's remaining calls, as kvgraft's prompt cache does (a trimmed
+    context continues with a fresh one's bits: tests/test_prompt_cache.py). That halves the probe's
+    cost; a trim that kept other bits would show here as "not invariant", the safe side."""
     cfg = probe_engine.config
     results = []
-    for name, head, tail, rows in SPLITS:
-        calls = split_calls(len(tokens), cfg.n_batch, head, tail)
-        if calls is None:
-            continue
-        with probe_engine.session() as s:
-            decode_split(s, tokens, calls, rows)
-            got = outcome(s)
-        results.append({"name": name, "calls": calls, "rows": rows, "same": got == reference, "hashes": list(got)})
-    other = 1 if cfg.n_threads != 1 else 2
-    threads_engine = type(probe_engine)(probe_engine.model, cfg.replace(n_threads=other))
-    calls = split_calls(len(tokens), cfg.n_batch, None, 1)
-    with threads_engine.session() as s:
-        decode_split(s, tokens, calls, 1)
-        got = outcome(s)
+    with ExitStack() as stack:
+        held: dict[tuple, object] = {}  # (prompt, first call's size) -> a context holding just that call
+        for name, head, tail, rows, prompt in SPLITS:
+            tokens, reference = prompts[prompt]
+            calls = split_calls(len(tokens), cfg.n_batch, head, tail)
+            if calls is None:
+                continue
+            got = _decode_from(stack, held, prompt, probe_engine, tokens, calls, rows)
+            results.append({"name": name, "calls": calls, "rows": rows, "same": got == reference, "hashes": list(got)})
+        other = 1 if cfg.n_threads != 1 else 2
+        threads_engine = type(probe_engine)(probe_engine.model, cfg.replace(n_threads=other))
+        tokens = prompts["long"][0]
+        calls = split_calls(len(tokens), cfg.n_batch, None, 1)
+        got = _decode_from(stack, {}, "long", threads_engine, tokens, calls, 1)
     one_token = next((r for r in results if r["name"] == "one-token call"), None)
     threads_decide = one_token is None or got != tuple(one_token["hashes"])
     return {
@@ -91,3 +98,15 @@ def run_invariance(probe_engine, tokens: list[int], reference: tuple[str, str]) 
         "invariant": all(r["same"] for r in results),
         "threads_decide_bits": threads_decide,
     }
+
+
+def _decode_from(stack: ExitStack, held: dict, prompt: str, engine, tokens: list[int], calls: list[int], rows: int):
+    first = calls[0]
+    session = held.get((prompt, first))
+    if session is None:
+        session = held[(prompt, first)] = stack.enter_context(engine.session())
+        session.prefill(tokens[:first])
+    else:
+        session.trim(first)
+    decode_split(session, tokens[first:], calls[1:], rows)
+    return outcome(session)

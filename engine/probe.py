@@ -117,8 +117,11 @@ def run_probe(engine) -> dict:
                 }
             )
     # the long prompt again, split across each of llama.cpp's row-count switches (engine/invariance.py)
-    reference = (cases[-1]["logits_sha256"], cases[-1]["snapshot_sha256"])
-    invariance = run_invariance(probe_engine, probe_prompt(engine.model, lengths[-1]), reference)
+    prompts = {
+        name: (probe_prompt(engine.model, case["tokens"]), (case["logits_sha256"], case["snapshot_sha256"]))
+        for name, case in (("short", cases[0]), ("long", cases[-1]))
+    }
+    invariance = run_invariance(probe_engine, prompts)
     return {"version": PROBE_VERSION, "schedule": [cfg.n_batch, cfg.n_ubatch], "cases": cases, "invariance": invariance}
 
 

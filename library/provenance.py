@@ -39,6 +39,10 @@ class ProvenanceRecords:
                 [fingerprint, json.dumps(info, sort_keys=True), json.dumps(environment, sort_keys=True), now()],
             )
 
+    def engines(self) -> dict[str, dict]:
+        """What every fingerprint this library has seen stands for: {fingerprint: info}."""
+        return {fp: json.loads(info) for fp, info in self._db.execute("SELECT fingerprint, info FROM engines")}
+
     def engine_info(self, fingerprint: str) -> dict | None:
         row = self._db.execute("SELECT info, environment FROM engines WHERE fingerprint = ?", [fingerprint]).fetchone()
         return {"info": json.loads(row[0]), "environment": json.loads(row[1])} if row else None

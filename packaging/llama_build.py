@@ -3,6 +3,8 @@
     python packaging/llama_build.py --install            # build once (~7 min on 2 cores), install into this Python
     python packaging/llama_build.py --install --cuda 1   # the same with -DGGML_CUDA=on
     python packaging/llama_build.py --source DIR         # only the patched source tree, in DIR (portable_llama.py)
+    python packaging/llama_build.py --stock              # the unpatched build's libraries in build/llama-default/lib
+                                                          # (for the side-by-side benchmarks; never installed)
 
 The source is llama-cpp-python 0.3.36's sdist from PyPI, checked against SDIST_SHA256 before anything
 is unpacked; then every `packaging/llama-cpp-python/*.patch` is applied in name order, each hunk's
@@ -24,6 +26,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 
 VERSION = "0.3.36"  # the pin in pyproject.toml
@@ -126,8 +129,9 @@ def apply_patch(patch: Path, root: Path) -> None:
         target.write_text(text, encoding="utf-8")
 
 
-def patched_source(dest: Path, cache: Path) -> Path:
-    """The pinned source with every patch applied, unpacked under `dest` (replaced if present)."""
+def patched_source(dest: Path, cache: Path, apply: bool = True) -> Path:
+    """The pinned source with every patch applied (none with `apply=False`), unpacked under `dest`
+    (replaced if present)."""
     sdist = fetch_sdist(cache)
     if dest.exists():
         shutil.rmtree(dest)
@@ -135,7 +139,7 @@ def patched_source(dest: Path, cache: Path) -> Path:
     with tarfile.open(sdist) as tar:
         tar.extractall(dest, filter="data")
     root = dest / f"llama_cpp_python-{VERSION}"
-    for patch in patches():
+    for patch in patches() if apply else ():
         apply_patch(patch, root)
         print(f"applied {patch.name}", flush=True)
     return root
@@ -155,7 +159,7 @@ def cached_wheel(wheel_dir: Path, key: dict) -> Path | None:
 def build_wheel(wheel_dir: Path, key: dict) -> Path:
     work = Path(tempfile.mkdtemp(prefix="llama-src-", dir=wheel_dir.parent))
     try:
-        root = patched_source(work / "src", wheel_dir.parent / "sdist")
+        root = patched_source(work / "src", wheel_dir.parent / "sdist", apply=bool(key["patches"]))
         raw = work / "wheel"
         env = dict(os.environ, CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
         if key["cmake_args"]:
@@ -179,17 +183,39 @@ def build_wheel(wheel_dir: Path, key: dict) -> Path:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def stock_libraries(key: dict, wheel_dir: Path, lib_dir: Path) -> int:
+    """The same sdist built without our patches, its llama_cpp/lib unpacked to `lib_dir` (what
+    scripts/bench_invariance.py and batch_invariance.py --lib load as "llama.cpp as shipped")."""
+    key = {**key, "patches": {}}
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    wheel = cached_wheel(wheel_dir, key) or build_wheel(wheel_dir, key)
+    if lib_dir.exists():
+        shutil.rmtree(lib_dir)
+    lib_dir.mkdir(parents=True)
+    with zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if name.startswith("llama_cpp/lib/") and not name.endswith("/"):
+                (lib_dir / name.rsplit("/", 1)[-1]).write_bytes(z.read(name))
+    print(f"stock llama.cpp libraries: {lib_dir}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cuda", choices=("0", "1"), default="0", help="1: build with -DGGML_CUDA=on")
     ap.add_argument("--wheel-dir", type=Path, default=Path("build/llama-wheel"))
     ap.add_argument("--install", action="store_true", help="install the wheel into this Python (--force-reinstall)")
+    ap.add_argument(
+        "--stock", action="store_true", help="build the unpatched source; its libraries to build/llama-default/lib"
+    )
     ap.add_argument("--source", type=Path, help="only unpack the patched source under this folder and print its path")
     args = ap.parse_args()
     if args.source:
         print(patched_source(args.source, args.source.parent / "sdist"))
         return 0
     key = build_key(CUDA_CMAKE_ARGS if args.cuda == "1" else "")
+    if args.stock:
+        return stock_libraries(key, Path("build/llama-stock-wheel"), Path("build/llama-default/lib"))
     args.wheel_dir.mkdir(parents=True, exist_ok=True)
     wheel = cached_wheel(args.wheel_dir, key) or build_wheel(args.wheel_dir, key)
     print(f"llama-cpp-python wheel: {wheel}")

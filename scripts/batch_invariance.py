@@ -1,14 +1,17 @@
-"""Do the bits depend on how the same tokens are split into decode calls? (issue 41's first measurement)
+"""Do the bits depend on how the same tokens are split into decode calls? (docs/exact-graft.md, "The switches")
 
-    .venv/bin/python scripts/batch_invariance.py                       # this build, as kvgraft loads it
-    .venv/bin/python scripts/batch_invariance.py --tiled force --flash-attn
-    .venv/bin/python scripts/batch_invariance.py --all --json out.json  # every --tiled x flash attention
+    .venv/bin/python scripts/batch_invariance.py                        # the engine as kvgraft loads it
+    .venv/bin/python scripts/batch_invariance.py --mode upstream --flash-attn      # llama.cpp's own switches
+    .venv/bin/python scripts/batch_invariance.py --lib build/llama-default/lib --mode upstream  # as PyPI builds it
+    .venv/bin/python scripts/batch_invariance.py --all --json out.json   # every --mode x flash attention
 
 The same N tokens are decoded in a fresh context as each split (one call, [N-1, 1], [64] x k + rest, ...);
 the logits after the last token and the canonical state are hashed, and the splits are grouped by equal
-bits. `--tiled force` sets GGML_CPU_TILED_MM_FORCE=1 (the tiled K-quant kernel for any row count), `--tiled
-off` GGML_CPU_TILED_MM=0 (the per-row kernel always), before llama.cpp loads: llama.cpp reads them once per
-process, so `--all` runs each mode in its own process. Prints a table; the first group is the one-call bits.
+bits. Modes (engine/switches.py; the engine's own by default): `tiled`, `per-row`, `per-row-no-sgemm`,
+and `upstream` (llama.cpp's own switches). llama.cpp reads them once per process, so each mode runs in
+its own process. `--lib DIR` loads llama.cpp's libraries from DIR (LLAMA_CPP_LIB_PATH): `python
+packaging/llama_build.py --stock` puts the unpatched build's in build/llama-default/lib. Prints a table;
+the first group is the one-call bits.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-TILED_ENV = {"default": {}, "force": {"GGML_CPU_TILED_MM_FORCE": "1"}, "off": {"GGML_CPU_TILED_MM": "0"}}
+from kvgraft.engine.switches import MODE, MODES, SWITCH, VARIABLES  # noqa: E402  (no llama import)
 
 
 def splits(n: int) -> list[list[int]]:
@@ -94,7 +97,7 @@ def report(mode: str, flash_attn: bool, result: dict) -> str:
     one = groups[(rows[0]["logits"], rows[0]["state"])]
     same = sum(groups[(r["logits"], r["state"])] == one for r in rows)
     lines = [
-        f"tiled={mode} flash_attn={'on' if flash_attn else 'off'}: {same} of {len(rows)} splits give the one-call bits"
+        f"mode={mode} flash_attn={'on' if flash_attn else 'off'}: {same} of {len(rows)} splits give the one-call bits"
     ]
     for r in rows:
         g = groups[(r["logits"], r["state"])]
@@ -105,12 +108,13 @@ def report(mode: str, flash_attn: bool, result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=700, help="tokens (more than 650)")
-    ap.add_argument("--tiled", choices=list(TILED_ENV), default="default")
+    ap.add_argument("--mode", choices=list(MODES), default=MODE)
+    ap.add_argument("--lib", type=Path, help="llama.cpp's libraries from this folder (LLAMA_CPP_LIB_PATH)")
     ap.add_argument("--flash-attn", action="store_true")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv", choices=("f16", "q8_0"), default="f16", help="KV cache type (q8_0 needs --flash-attn)")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--all", action="store_true", help="every --tiled mode, flash attention off and on")
+    ap.add_argument("--all", action="store_true", help="every --mode, flash attention off and on")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -120,17 +124,23 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.n, args.flash_attn, args.threads, args.seed, args.kv)))
         return 0
     results = []
-    configs = [(m, fa) for m in TILED_ENV for fa in (False, True)] if args.all else [(args.tiled, args.flash_attn)]
+    configs = [(m, fa) for m in MODES for fa in (False, True)] if args.all else [(args.mode, args.flash_attn)]
+    base = {k: v for k, v in os.environ.items() if k not in (*VARIABLES, SWITCH)}
+    if args.lib:
+        base["LLAMA_CPP_LIB_PATH"] = str(args.lib.resolve())
     for mode, fa in configs:
         cmd = [sys.executable, __file__, "--child", "--n", str(args.n), "--threads", str(args.threads)]
         cmd += ["--seed", str(args.seed), "--kv", args.kv] + (["--flash-attn"] if fa else [])
-        out = subprocess.run(cmd, env={**os.environ, **TILED_ENV[mode]}, capture_output=True, text=True)
+        out = subprocess.run(
+            cmd, env={**base, SWITCH: "0" if mode == "upstream" else mode}, capture_output=True, text=True
+        )
         if out.returncode != 0:
-            print(f"tiled={mode} flash_attn={fa}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
+            print(f"mode={mode} flash_attn={fa}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
             return 1
         result = json.loads(out.stdout.strip().splitlines()[-1])
         print(report(mode, fa, result), flush=True)
-        results.append({"tiled": mode, "flash_attn": fa, "n": args.n, "threads": args.threads, **result})
+        run = {"mode": mode, "lib": str(args.lib or ""), "flash_attn": fa, "n": args.n, "threads": args.threads}
+        results.append({**run, **result})
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

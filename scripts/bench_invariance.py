@@ -4,10 +4,10 @@
     .venv/bin/python scripts/bench_invariance.py --models 270m --rounds 1
 
 Builds compared, each in its own process (llama.cpp reads its switches once per process):
-  default      llama-cpp-python 0.3.36 unpatched, as PyPI builds it (its libraries kept in
-               build/llama-default/lib, loaded through LLAMA_CPP_LIB_PATH: `--default-lib`)
-  invariant    the patched build (packaging/llama-cpp-python/) with GGML_CPU_TILED_MM_FORCE=1: kvgraft's engine
-  per-row      the patched build with GGML_CPU_TILED_MM=0 (the per-row K-quant kernel for every call)
+  default      llama-cpp-python 0.3.36 unpatched, as PyPI builds it (`python packaging/llama_build.py
+               --stock` puts its libraries in build/llama-default/lib; loaded through LLAMA_CPP_LIB_PATH)
+  tiled, per-row, per-row-no-sgemm
+               the patched build in each invariant mode of engine/switches.py
 Rounds alternate the builds, so drift hits them alike; the table shows each build's median and its ratio to
 the default's. The workloads: a cold prompt (512 tokens in one call) plus a 64-token reply, and a warm turn
 (40 new tokens after the 512 already held) plus a 64-token reply; greedy, one token per call (lookup off).
@@ -27,21 +27,21 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-BUILDS = ("default", "invariant", "per-row")
+from kvgraft.engine.switches import MODES, SWITCH, VARIABLES  # noqa: E402  (no llama import)
+
+BUILDS = ("default", *[m for m in MODES if m != "upstream"])
 PROMPT, TURN, REPLY = 512, 40, 64
 
 
 def build_env(build: str, default_lib: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GGML_CPU_TILED_MM")}
-    env.pop("LLAMA_CPP_LIB_PATH", None)
+    """The environment of a child measuring `build`: llama.cpp as shipped (the stock libraries, its own
+    switches), or kvgraft's build in one of its invariant modes."""
+    env = {k: v for k, v in os.environ.items() if k not in (*VARIABLES, SWITCH, "LLAMA_CPP_LIB_PATH")}
     if build == "default":
         env["LLAMA_CPP_LIB_PATH"] = str(default_lib)
-        env["KVGRAFT_BATCH_INVARIANT"] = "0"
-    elif build == "per-row":
-        env["KVGRAFT_BATCH_INVARIANT"] = "0"
-        env["GGML_CPU_TILED_MM"] = "0"
+        env[SWITCH] = "0"
     else:
-        env.pop("KVGRAFT_BATCH_INVARIANT", None)
+        env[SWITCH] = build
     return env
 
 

@@ -6,9 +6,7 @@ A family is every machine with the same probe hashes (engine/probe.py). Where a 
 probe equals this machine's, that file is checked: cases already in it are kept as they are, with
 the machine they were made on; a case whose recomputed hashes differ is refused unless --force (a
 deliberate change that moves the bits: say why in the commit); new cases are computed here. Where
-no family matches, a new file is written beside the others, named for this machine. A family file made
-with an older probe (before the batch-invariance splits) whose one-call probe cases equal this
-machine's is the same family: it is upgraded in place (its cases checked as above).
+no family matches, a new file is written beside the others, named for this machine.
 tests/test_golden.py compares every case of the family whose probe matches.
 """
 
@@ -33,13 +31,12 @@ from tests.golden_cases import (  # noqa: E402
     family_files,
     family_name,
     matching_family,
-    predecessor_family,
 )
 
 
 def destination(engine: Engine, families: dict[Path, dict]) -> Path:
     """The matching family's file, else a new one named for this machine (numbered if the name is taken)."""
-    found = matching_family(engine.probe, families) or predecessor_family(engine.probe, families)
+    found = matching_family(engine.probe, families)
     if found is not None:
         return found
     base = family_name(engine.environment)

@@ -66,21 +66,6 @@ def matching_family(probe: dict, families: dict[Path, dict]) -> Path | None:
     return next((path for path, golden in families.items() if golden["probe"] == probe), None)
 
 
-def predecessor_family(probe: dict, families: dict[Path, dict]) -> Path | None:
-    """A family file made with an older probe (an earlier PROBE_VERSION) whose one-call probe cases equal
-    this machine's: the same family before the probe learnt more (the batch-invariance splits). `make
-    golden` upgrades it in place."""
-    return next(
-        (
-            path
-            for path, golden in families.items()
-            if golden["probe"].get("version", 1) < probe.get("version", 1)
-            and golden["probe"]["cases"] == probe["cases"]
-        ),
-        None,
-    )
-
-
 def family_name(environment: dict) -> str:
     """A file-name slug for a new family: its widest vector ISA and its CPU, e.g. "avx512-intel-xeon"."""
     info = environment.get("system_info", "")

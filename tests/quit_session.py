@@ -22,8 +22,8 @@ from kvgraft.app.core.runtime import Settings  # noqa: E402
 from kvgraft.ui import main_window  # noqa: E402
 from kvgraft.ui.deposit_dialog import DepositAnswerDialog  # noqa: E402
 
-# an answer that ends by itself: only such an answer can be deposited
-QUESTIONS = ["A hut holds 4 barrels and gets 5 more. How many barrels does it hold?"]
+# an answer that ends by itself: only such an answer can be deposited (tests/test_ui.py SELF_ENDING)
+QUESTIONS = ["A box holds 4 apples and gets 5 more. How many apples does it hold?"]
 
 
 def main() -> int:

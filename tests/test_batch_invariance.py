@@ -27,6 +27,7 @@ from kvgraft.engine.compare import logits_sha256
 from kvgraft.engine.config import EngineConfig
 from kvgraft.engine.engine import Engine
 from kvgraft.engine.invariance import SPLITS
+from kvgraft.engine.switches import SWITCH, VARIABLES
 from scripts.synthetic_gguf import write_synthetic_gguf
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,22 +91,24 @@ def small(engine):
     return engine.with_config(engine.config.replace(n_ctx=1024))
 
 
-REAL_CONFIGS = {
-    "fa-off-f16-2t": dict(flash_attn=False, n_threads=2),
-    "fa-off-f16-1t": dict(flash_attn=False, n_threads=1),
-    "fa-on-f16-2t": dict(flash_attn=True, n_threads=2),
-    "fa-on-f16-1t": dict(flash_attn=True, n_threads=1),
-    "fa-on-q8_0-2t": dict(flash_attn=True, type_k="q8_0", type_v="q8_0", n_threads=2),
+REAL_CONFIGS = {  # name: (config, examples; one thread is about twice as slow)
+    "fa-off-f16-2t": (dict(flash_attn=False, n_threads=2), 6),
+    "fa-off-f16-1t": (dict(flash_attn=False, n_threads=1), 2),
+    "fa-on-f16-2t": (dict(flash_attn=True, n_threads=2), 5),
+    "fa-on-f16-1t": (dict(flash_attn=True, n_threads=1), 2),
+    "fa-on-q8_0-2t": (dict(flash_attn=True, type_k="q8_0", type_v="q8_0", n_threads=2), 3),
 }
 
 
 @pytest.mark.parametrize("name", list(REAL_CONFIGS))
 def test_the_270m_gives_one_calls_bits_in_any_split(small, name):
-    eng = small.with_config(small.config.replace(**REAL_CONFIGS[name]))
-    assert eng.batch_invariant, f"the probe found {name} not invariant: {eng.probe['invariance']}"
-    assert not eng.threads_decide_bits
+    changes, examples = REAL_CONFIGS[name]
+    eng = small.with_config(small.config.replace(**changes))
+    if eng.config.n_threads == small.config.n_threads:  # the 1-thread engines' probe is their 2-thread twin's
+        assert eng.batch_invariant, f"the probe found {name} not invariant: {eng.probe['invariance']}"
+        assert not eng.threads_decide_bits  # the probe's split at the other thread count gave the same bits
 
-    @PROPERTY
+    @settings(PROPERTY, max_examples=examples)
     @given(case=batching(300, eng.model.info.n_vocab))
     def prop(case):
         assert_invariant(eng, case)
@@ -115,7 +118,7 @@ def test_the_270m_gives_one_calls_bits_in_any_split(small, name):
 
 def test_the_probe_splits_cross_every_switch(engine):
     """Each row-count switch the docs name has a split in the probe, and the probe ran them all here."""
-    names = {name for name, *_ in SPLITS}
+    names = {split[0] for split in SPLITS}
     assert names == {
         "one-token call",
         "call under 8 rows",
@@ -124,7 +127,7 @@ def test_the_probe_splits_cross_every_switch(engine):
         "several output rows",
     }
     inv = engine.probe["invariance"]
-    assert [s["name"] for s in inv["splits"]] == [name for name, *_ in SPLITS]
+    assert [s["name"] for s in inv["splits"]] == [split[0] for split in SPLITS]
     assert all(s["same"] for s in inv["splits"]) and inv["invariant"]
     assert "invariance" in engine.fingerprint_info["probe"], "the verdict is part of what the fingerprint hashes"
 
@@ -187,9 +190,8 @@ print(json.dumps({
 
 
 def test_with_llamas_own_switches_the_probe_says_not_invariant_and_is_right(small):
-    env = {**os.environ, "KVGRAFT_BATCH_INVARIANT": "0"}
-    env.pop("GGML_CPU_TILED_MM_FORCE", None)
-    env.pop("GGML_CPU_FA_ONE_PATH", None)
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}  # llama.cpp's own switches
+    env[SWITCH] = "0"
     out = subprocess.run(
         [sys.executable, "-c", FALLBACK], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
     )
@@ -215,3 +217,19 @@ def test_8k_tokens_give_one_calls_bits_in_any_split(engine, flash_attn):
         assert_invariant(eng, case)
 
     prop()
+
+
+def test_the_switch_sets_exactly_one_modes_variables():
+    """engine/switches.py: a mode replaces every switch variable the user left; "0" leaves them as they are."""
+    from kvgraft.engine import switches
+
+    env = {"GGML_CPU_TILED_MM_FORCE": "1", "OTHER": "x"}
+    assert switches.apply(env) == switches.MODE
+    assert {k: v for k, v in env.items() if k in switches.VARIABLES} == switches.MODES[switches.MODE]
+    assert env["OTHER"] == "x"
+    for mode in switches.MODES:
+        env = {switches.SWITCH: "0" if mode == "upstream" else mode, "GGML_CPU_TILED_MM_FORCE": "1"}
+        assert switches.apply(env) == mode
+        want = {"GGML_CPU_TILED_MM_FORCE": "1"} if mode == "upstream" else switches.MODES[mode]
+        assert {k: v for k, v in env.items() if k in switches.VARIABLES} == want
+    assert switches.mode_from({switches.SWITCH: "no-such-mode"}) == switches.MODE

@@ -10,8 +10,6 @@ family (truly other bits: another ISA, another build) skips, saying so and how t
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.golden_cases import (
@@ -21,7 +19,6 @@ from tests.golden_cases import (
     family_files,
     family_name,
     matching_family,
-    predecessor_family,
 )
 
 FAMILIES = family_files()
@@ -31,12 +28,6 @@ FAMILIES = family_files()
 def golden(engine):
     """This machine's family file; the only skip is a machine whose probe no family has."""
     path = matching_family(engine.probe, FAMILIES)
-    old = predecessor_family(engine.probe, FAMILIES)
-    if path is None and old is not None:
-        pytest.skip(
-            f"{old.name} is this machine's family made with an older probe ({FAMILIES[old].get('note', '')}): run "
-            "`.venv/bin/python scripts/make_golden.py --force` here to upgrade it, and commit it"
-        )
     if path is None:
         here = {c["tokens"]: c["logits_sha256"][:16] for c in engine.probe["cases"]}
         pytest.skip(
@@ -99,16 +90,3 @@ def test_make_golden_adds_a_family_beside_the_others(tmp_path, monkeypatch):
     path, golden = next(iter(FAMILIES.items()))
     same = type("E", (), {"probe": golden["probe"], "environment": env})()
     assert mg.destination(same, FAMILIES) == path
-
-
-def test_a_family_made_with_an_older_probe_is_upgraded_in_place(engine):
-    """make golden finds this machine's family file from before the invariance splits by its one-call cases."""
-    import scripts.make_golden as mg
-
-    mine = matching_family(engine.probe, FAMILIES)
-    assert mine is not None
-    older = {**FAMILIES[mine], "probe": {k: v for k, v in engine.probe.items() if k != "invariance"} | {"version": 1}}
-    other = {**older, "probe": {**older["probe"], "cases": [{"logits_sha256": "other bits"}]}}
-    families = {Path("old.json"): older, Path("other.json"): other}
-    assert predecessor_family(engine.probe, families) == Path("old.json")
-    assert mg.destination(engine, families) == Path("old.json")

@@ -38,7 +38,7 @@ def _patch(tmp_path: Path, name: str, old: list[str], new: list[str], start: int
 
 def test_every_patch_says_why_and_names_its_files():
     patches = llama_build.patches()
-    assert {p.name for p in patches} == {"sgemm-one-token.patch", "flash-attn-one-path.patch"}
+    assert {p.name for p in patches} == {"sgemm-switch.patch", "flash-attn-one-path.patch"}
     for p in patches:
         text = p.read_text()
         assert text.index("Why:") < text.index("--- a/"), f"{p.name} must say why before its diff"
@@ -107,3 +107,25 @@ def test_the_makefile_builds_the_patched_source_before_kvgraft():
     recipe = make[make.index("$(STAMP):") :]
     assert recipe.index("packaging/llama_build.py --install --cuda $(CUDA)") < recipe.index("pip install -e")
     assert "--no-binary llama-cpp-python" not in make, "the CUDA line would reinstall the unpatched source"
+
+
+def test_the_stock_build_is_keyed_without_patches_and_unpacks_only_its_libraries(tmp_path):
+    """`--stock` (the benchmarks' "llama.cpp as shipped"): its own cache key, never the patched wheel's."""
+    import json
+    import zipfile
+
+    key = llama_build.build_key("")
+    stock = {**key, "patches": {}}
+    wheel_dir, lib_dir = tmp_path / "stock-wheel", tmp_path / "default" / "lib"
+    wheel_dir.mkdir()
+    wheel = wheel_dir / "llama_cpp_python-0.3.36-py3-none-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("llama_cpp/lib/libllama.so", b"stock llama")
+        z.writestr("llama_cpp/lib/libggml-cpu.so", b"stock kernels")
+        z.writestr("llama_cpp/__init__.py", b"")
+    info = {"key": stock, "wheel": wheel.name, "sha256": hashlib.sha256(wheel.read_bytes()).hexdigest()}
+    (wheel_dir / "BUILD.json").write_text(json.dumps(info))
+    assert llama_build.cached_wheel(wheel_dir, key) is None, "the stock wheel must never pass for the patched one"
+    assert llama_build.stock_libraries(key, wheel_dir, lib_dir) == 0
+    assert sorted(p.name for p in lib_dir.iterdir()) == ["libggml-cpu.so", "libllama.so"]
+    assert (lib_dir / "libllama.so").read_bytes() == b"stock llama"

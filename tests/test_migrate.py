@@ -2,8 +2,8 @@
 
 The library is written by another build's bits: a process with llama.cpp's own row-count switches
 (KVGRAFT_BATCH_INVARIANT=0, the fallback) deposits a document and holds a two-turn conversation, whose
-replies are decoded a token at a time, where the builds differ. Its fingerprint is then renamed to this
-engine's predecessor fingerprint, as a library written by kvgraft before the invariance probe reads.
+replies are decoded a token at a time, where the builds differ. The library's record of that engine
+is then marked fingerprint version 2, as kvgraft before the invariance probe wrote it.
 Nothing of it is grafted until `migrate` has computed each state here and checked a graft of it; then a
 replay in each entry's recorded schedule reproduces the new state and the thread resumes exactly.
 """
@@ -24,6 +24,7 @@ from kvgraft.app.cli import cli
 from kvgraft.app.maintain.migrate import migrate, pending, pending_count
 from kvgraft.app.service import LibraryService, open_library
 from kvgraft.app.verify.batch import verify_targets
+from kvgraft.engine.switches import SWITCH, VARIABLES
 
 REPO = Path(__file__).resolve().parent.parent
 NOTES = "Harbor survey notes. " + " ".join(f"Pier {i} holds {i * 7 % 13} boats." for i in range(30))
@@ -52,8 +53,8 @@ with open_library(sys.argv[1]) as lib, LibraryService(eng, lib) as service:
 def old_library(tmp_path, engine):
     """A library made by the fallback build, relabelled as kvgraft's previous version would have stored it."""
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if k not in ("GGML_CPU_TILED_MM_FORCE", "GGML_CPU_FA_ONE_PATH")}
-    env["KVGRAFT_BATCH_INVARIANT"] = "0"
+    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}  # llama.cpp's own switches
+    env[SWITCH] = "0"
     out = subprocess.run(
         [sys.executable, "-c", OLD_BUILD, str(home), NOTES],
         cwd=REPO,
@@ -66,12 +67,9 @@ def old_library(tmp_path, engine):
     made = json.loads(out.stdout.strip().splitlines()[-1])
     assert made["invariant"] is False
     me = engine.with_config(engine.config.replace(n_ctx=2048))
-    with open_library(home) as lib, lib.write() as db:
-        for table in ("entries", "threads", "sources"):
-            db.execute(
-                f"UPDATE {table} SET fingerprint = ? WHERE fingerprint = ?",
-                [me.predecessor_fingerprint, made["fingerprint"]],
-            )
+    with open_library(home) as lib, lib.write() as db:  # what an earlier kvgraft recorded for its engine
+        info = {**lib.engine_info(made["fingerprint"])["info"], "fingerprint_version": 2}
+        db.execute("UPDATE engines SET info = ? WHERE fingerprint = ?", [json.dumps(info), made["fingerprint"]])
     return home, me, made
 
 
@@ -115,4 +113,4 @@ def test_an_entry_whose_tokens_are_not_its_text_stays_and_the_command_says_so(ol
     assert out["left"] == 1 and made["doc"] not in out["moved"] and len(out["moved"]) >= 2
     with open_library(home) as lib:
         doc = lib.get(made["doc"])
-        assert doc.fingerprint == engine.predecessor_fingerprint and not doc.graftable(engine.fingerprint)
+        assert doc.fingerprint == made["fingerprint"] and not doc.graftable(engine.fingerprint)

@@ -224,6 +224,6 @@ def test_the_portable_wheel_is_rebuilt_when_a_patch_changes(tmp_path, monkeypatc
     out.mkdir()
     wheel = portable_llama.finish(raw, out, 0)
     assert portable_llama.cached(out) == wheel
-    assert set(portable_llama.patches_key()) >= {"sgemm-one-token.patch", "flash-attn-one-path.patch"}
-    monkeypatch.setattr(portable_llama, "patches_key", lambda: {"sgemm-one-token.patch": "0" * 64})
+    assert set(portable_llama.patches_key()) >= {"sgemm-switch.patch", "flash-attn-one-path.patch"}
+    monkeypatch.setattr(portable_llama, "patches_key", lambda: {"sgemm-switch.patch": "0" * 64})
     assert portable_llama.cached(out) is None

@@ -263,10 +263,14 @@ def confirm_with(answer: str):
     return run
 
 
+# a question the 270M's greedy answer to ends by itself (at the "\nQ:" stop string), so it can be
+# deposited; which questions do is a matter of the engine's bits (it changed with the invariant build)
+SELF_ENDING = "A box holds 4 apples and gets 5 more. How many apples does it hold?"
+
+
 def test_deposit_a_confirmed_answer(qtbot, window, monkeypatch):
     """A fresh answer, confirmed by the user, becomes a verified entry that the next ask grafts."""
-    q = "A hut holds 4 barrels and gets 5 more. How many barrels does it hold?"
-    window.question.setText(q)
+    window.question.setText(SELF_ENDING)
     window.ask()
     qtbot.waitUntil(lambda: window.last_answer is not None, timeout=60_000)
     assert window.last_answer["source"] == "fresh" and window.deposit_button.isEnabled()
@@ -357,7 +361,7 @@ def test_a_stopped_answer_is_marked_and_cannot_be_deposited(qtbot, window, monke
     window._deposit_answer()
     assert opened == []  # not even offered
     window.messages.clear()
-    window.question.setText("A hut holds 4 barrels and gets 5 more. How many barrels does it hold?")
+    window.question.setText(SELF_ENDING)
     window.ask()  # a request after the cancel is answered in full
     qtbot.waitUntil(lambda: window.last_answer is not r or bool(window.messages), timeout=120_000)
     assert window.messages == [] and not window.last_answer["cancelled"] and window.answer_state.isHidden()

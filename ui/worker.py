@@ -106,6 +106,10 @@ class EngineWorker(QObject, WorkerOps, RemoteOps):
             self._svc = LibraryService(self.engine, self._lib)
         return self._svc
 
+    def _predecessors(self) -> list[str]:
+        """The fingerprints this engine's entries were stored under by earlier versions (app/maintain/migrate.py)."""
+        return predecessors(self.engine, self._service().library)
+
     def _progress(self, stage: str):
         def report(done: int, total: int) -> None:
             self.progress.emit(stage, done, total)
@@ -152,7 +156,7 @@ class EngineWorker(QObject, WorkerOps, RemoteOps):
                     "fingerprint": self.engine.fingerprint,
                     "n_ctx": self.engine.config.n_ctx,
                     "model_sha256": info.sha256,
-                    "predecessors": predecessors(self.engine),  # entries under these are left to migrate
+                    "predecessors": self._predecessors(),  # entries under these are left to migrate
                     "batch_invariant": self.engine.batch_invariant,
                 }
             )

@@ -9,9 +9,11 @@ after a graft of the new state, and only when the two logits are bit-identical i
 the new state (the same blob when the bits did not change), proof "replayed", the new receipt. An entry
 whose tokens are not its text's, or whose graft check differs, stays where it is and is reported.
 
-Which entries: those under this engine's predecessor fingerprints (`Engine.predecessor_fingerprint`,
-`Engine.legacy_fingerprint`), of this model. `kvgraft library migrate` runs it; `kvgraft doctor` and the
-window say how many are left.
+Which entries: those of this model under the fingerprints earlier versions of kvgraft used for this
+engine (`predecessors`: recorded in the library's engines table, which every version fills when it
+opens the library, with an older fingerprint version and this engine's config; or
+`Engine.legacy_fingerprint`, from before that table).
+`kvgraft migrate` runs it; `kvgraft doctor` and the window say how many are left.
 """
 
 from __future__ import annotations
@@ -34,9 +36,20 @@ log = logging.getLogger(__name__)
 STORED_TOKENS = ("session", "cache")  # kinds whose tokens are a transcript, not their text tokenized again
 
 
-def predecessors(engine) -> list[str]:
-    """The fingerprints this engine's own earlier builds of kvgraft stored entries under."""
-    return [fp for fp in (engine.predecessor_fingerprint, engine.legacy_fingerprint) if fp != engine.fingerprint]
+def predecessors(engine, library=None) -> list[str]:
+    """The fingerprints earlier versions of kvgraft stored this engine's entries under: the ones the library
+    recorded (its `engines` table) with an older fingerprint version and this engine's bit-deciding config,
+    and this engine's version-1 fingerprint (which hashed the CPU feature string)."""
+    config = {
+        k: v for k, v in engine.fingerprint_info.items() if k not in ("fingerprint_version", "probe", "n_threads")
+    }
+    found = {engine.legacy_fingerprint}
+    for fp, info in (library.engines() if library is not None else {}).items():
+        older = info.get("fingerprint_version", 1) < engine.fingerprint_info["fingerprint_version"]
+        if older and all(info.get(k) == v for k, v in config.items()):
+            found.add(fp)
+    found.discard(engine.fingerprint)
+    return sorted(found)
 
 
 def pending(service: LibraryService) -> list[Entry]:
@@ -45,7 +58,7 @@ def pending(service: LibraryService) -> list[Entry]:
 
 
 def pending_in(library, engine) -> list[Entry]:
-    return library.entries_under(predecessors(engine), engine.model.info.sha256)
+    return library.entries_under(predecessors(engine, library), engine.model.info.sha256)
 
 
 def pending_count(engine, home=None) -> int:
@@ -127,5 +140,7 @@ def migrate(
             log.warning("entry #%d not migrated: %s", e.id, exc)
         if on_progress is not None:
             on_progress(k + 1, len(todo), e)
-    report.owners = service.library.migrate_owners(predecessors(service.engine), service.engine.fingerprint)
+    report.owners = service.library.migrate_owners(
+        predecessors(service.engine, service.library), service.engine.fingerprint
+    )
     return report

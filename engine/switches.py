@@ -1,0 +1,45 @@
+"""llama.cpp's row-count switches and the settings that close them (docs/exact-graft.md, "The switches").
+
+No llama import here: engine/bindings.py applies a mode before llama_cpp loads (llama.cpp reads these
+variables once per process), and the measuring scripts (scripts/batch_invariance.py,
+scripts/bench_invariance.py) set them for the processes they start.
+
+Each invariant mode sends every row count of a call through the same kernels:
+  tiled     the tiled K-quant kernel for every row count (GGML_CPU_TILED_MM_FORCE=1), sgemm for every n
+  per-row   the per-row K-quant dot products for every row count (GGML_CPU_TILED_MM=0), sgemm for every n
+  per-row-no-sgemm   per-row K-quant, and ggml's per-row dot products instead of sgemm for every n
+Flash attention takes its one_chunk path for every call in each (GGML_CPU_FA_ONE_PATH=1, our patch).
+`upstream` leaves llama.cpp's own switches: not invariant (the fallback).
+"""
+
+from __future__ import annotations
+
+SWITCH = "KVGRAFT_BATCH_INVARIANT"  # "0": upstream; a mode name: that mode; unset: MODE
+VARIABLES = ("GGML_CPU_TILED_MM", "GGML_CPU_TILED_MM_FORCE", "GGML_CPU_SGEMM", "GGML_CPU_FA_ONE_PATH")
+
+MODES = {
+    "tiled": {"GGML_CPU_TILED_MM_FORCE": "1", "GGML_CPU_SGEMM": "all", "GGML_CPU_FA_ONE_PATH": "1"},
+    "per-row": {"GGML_CPU_TILED_MM": "0", "GGML_CPU_SGEMM": "all", "GGML_CPU_FA_ONE_PATH": "1"},
+    "per-row-no-sgemm": {"GGML_CPU_TILED_MM": "0", "GGML_CPU_SGEMM": "off", "GGML_CPU_FA_ONE_PATH": "1"},
+    "upstream": {},
+}
+MODE = "per-row-no-sgemm"  # chosen by measurement: docs/exact-graft.md, "What it costs"
+
+
+def mode_from(environ) -> str:
+    """The mode a process asks for through KVGRAFT_BATCH_INVARIANT (unknown names: the default)."""
+    value = environ.get(SWITCH, "")
+    if value == "0":
+        return "upstream"
+    return value if value in MODES else MODE
+
+
+def apply(environ) -> str:
+    """Set the chosen mode's variables in `environ` (os.environ before llama_cpp loads); returns the mode.
+    Variables of other modes the user set are left alone only in `upstream`."""
+    mode = mode_from(environ)
+    if mode != "upstream":
+        for name in VARIABLES:
+            environ.pop(name, None)
+        environ.update(MODES[mode])
+    return mode
