@@ -1,6 +1,6 @@
 """Build and install the llama-cpp-python that decides kvgraft's bits: the pinned sdist plus our patches.
 
-    python packaging/llama_build.py --install            # build once (~7 min on 2 cores), install into this Python
+    python packaging/llama_build.py --install            # build once (225 s on 2 cores here), install into this Python
     python packaging/llama_build.py --install --cuda 1   # the same with -DGGML_CUDA=on
     python packaging/llama_build.py --source DIR         # only the patched source tree, in DIR (portable_llama.py)
     python packaging/llama_build.py --stock              # the unpatched build's libraries in build/llama-default/lib
@@ -166,7 +166,8 @@ def build_wheel(wheel_dir: Path, key: dict) -> Path:
             env["CMAKE_ARGS"] = key["cmake_args"]
         else:
             env.pop("CMAKE_ARGS", None)
-        print(f"building llama-cpp-python {VERSION} with {len(key['patches'])} patch(es) (~7 min on 2 cores, once)")
+        n = len(key["patches"])
+        print(f"building llama-cpp-python {VERSION} with {n} patch(es) (about 4 minutes on 2 cores, once)")
         t0 = time.time()
         subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(root), "-w", str(raw)], env=env, check=True
