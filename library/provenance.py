@@ -10,6 +10,10 @@ import json
 
 from .records import Entry
 
+# tables whose rows are made under a fingerprint and own entries: table -> (its link table, the link's
+# column naming the owner); `migrate_owners` moves an owner once all its entries have moved
+OWNERS = {"threads": ("turns", "thread_id"), "sources": ("source_sections", "source_id")}
+
 
 def now() -> str:
     """A UTC timestamp as the index stores them (library.index re-exports it)."""
@@ -140,19 +144,15 @@ class ProvenanceRecords:
         """Move threads and deposited files made under `old` fingerprints to `fingerprint` once none of
         their entries is left under them (their states have all been migrated). Returns how many moved."""
         if not old:
-            return {"threads": 0, "sources": 0}
+            return {table: 0 for table in OWNERS}
         marks = ",".join("?" * len(old))
+        moved = {}
         with self.write():
-            threads = self._db.execute(
-                f"UPDATE threads SET fingerprint = ? WHERE fingerprint IN ({marks}) AND NOT EXISTS ("
-                f"SELECT 1 FROM turns t JOIN entries e ON e.id = t.entry_id WHERE t.thread_id = threads.id "
-                f"AND e.fingerprint IN ({marks}))",
-                [fingerprint, *old, *old],
-            ).rowcount
-            sources = self._db.execute(
-                f"UPDATE OR IGNORE sources SET fingerprint = ? WHERE fingerprint IN ({marks}) AND NOT EXISTS ("
-                f"SELECT 1 FROM source_sections ss JOIN entries e ON e.id = ss.entry_id WHERE ss.source_id = "
-                f"sources.id AND e.fingerprint IN ({marks}))",
-                [fingerprint, *old, *old],
-            ).rowcount
-        return {"threads": threads, "sources": sources}
+            for table, (links, key) in OWNERS.items():
+                moved[table] = self._db.execute(
+                    f"UPDATE OR IGNORE {table} SET fingerprint = ? WHERE fingerprint IN ({marks}) AND NOT EXISTS ("
+                    f"SELECT 1 FROM {links} l JOIN entries e ON e.id = l.entry_id WHERE l.{key} = {table}.id "
+                    f"AND e.fingerprint IN ({marks}))",
+                    [fingerprint, *old, *old],
+                ).rowcount
+        return moved
