@@ -4,6 +4,7 @@
     .venv/bin/python scripts/batch_invariance.py --mode upstream --flash-attn      # llama.cpp's own switches
     .venv/bin/python scripts/batch_invariance.py --lib build/llama-default/lib --mode upstream  # as PyPI builds it
     .venv/bin/python scripts/batch_invariance.py --all --json out.json   # every --mode x flash attention
+    .venv/bin/python scripts/batch_invariance.py --probe qwen2.5-coder-1.5b  # the engine's own check, timed
 
 The same N tokens are decoded in a fresh context as each split (one call, [N-1, 1], [64] x k + rest, ...);
 the logits after the last token and the canonical state are hashed, and the splits are grouped by equal
@@ -105,6 +106,31 @@ def report(mode: str, flash_attn: bool, result: dict) -> str:
     return "\n".join(lines)
 
 
+def probe_run(model: str, flash_attn: bool) -> int:
+    """The engine's own load-time check (engine/invariance.py), timed on a fresh engine (no probe cache)."""
+    from kvgraft.app.core.model_registry import known
+    from kvgraft.app.core.model_store import embedded_model_path, model_sha256
+    from kvgraft.app.core.paths import model_dir
+    from kvgraft.engine.config import EngineConfig
+    from kvgraft.engine.engine import Engine
+
+    path = embedded_model_path() if model == "270m" else model_dir() / known(model).file_name
+    engine = Engine.load(EngineConfig(model_path=path, flash_attn=flash_attn), model_sha256(path))
+    try:
+        t0 = time.perf_counter()
+        inv = engine.probe["invariance"]
+        wall = time.perf_counter() - t0
+        differ = [s["name"] for s in inv["splits"] if not s["same"]]
+        print(
+            f"{model} flash_attn={'on' if flash_attn else 'off'}: probe {wall:.1f} s, invariant {inv['invariant']}"
+            f"{' (differ: ' + ', '.join(differ) + ')' if differ else ''}, n_threads decides bits "
+            f"{inv['threads_decide_bits']}"
+        )
+    finally:
+        engine.close()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--n", type=int, default=700, help="tokens (more than 650)")
@@ -116,10 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--all", action="store_true", help="every --mode, flash attention off and on")
     ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--probe", metavar="MODEL", help="time the engine's probe instead (270m or a known model name)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.n <= 650:
         ap.error("--n must be more than 650 (the splits include 650 + single tokens)")
+    if args.probe:
+        return probe_run(args.probe, args.flash_attn)
     if args.child:
         print(json.dumps(measure(args.n, args.flash_attn, args.threads, args.seed, args.kv)))
         return 0

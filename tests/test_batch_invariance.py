@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -38,7 +39,8 @@ def batching(draw, max_tokens: int, n_vocab: int, n_batch: int = 512, min_tokens
     """(tokens, calls, output rows per call): BOS then random ids, cut at random points into calls of at
     most n_batch, each call reading the logits of its last 1..size rows."""
     n = draw(st.integers(min_tokens, max_tokens))
-    tokens = [2] + draw(st.lists(st.integers(3, n_vocab - 1), min_size=n - 1, max_size=n - 1))
+    seed = draw(st.integers(0, 2**32 - 1))  # the ids from a seeded generator: 8K-token cases stay cheap to draw
+    tokens = [2] + [int(t) for t in np.random.default_rng(seed).integers(3, n_vocab, n - 1)]
     cuts = draw(st.lists(st.integers(1, n - 1), unique=True, max_size=min(12, n - 1)).map(sorted))
     bounds = [0, *cuts, n]
     calls = []
@@ -211,7 +213,7 @@ def test_8k_tokens_give_one_calls_bits_in_any_split(engine, flash_attn):
     eng = engine.with_config(engine.config.replace(flash_attn=flash_attn))
     assert eng.batch_invariant
 
-    @settings(PROPERTY, max_examples=3)
+    @settings(PROPERTY, max_examples=2)  # about 2.5 minutes an example on 2 cores
     @given(case=batching(8000, eng.model.info.n_vocab, min_tokens=6000))
     def prop(case):
         assert_invariant(eng, case)

@@ -64,6 +64,19 @@ def wait_message(qtbot, window, title, timeout=120_000):
     return next(text for t, text in window.messages if t == title)
 
 
+def test_the_library_line_counts_what_is_left_to_migrate(qtbot, window, tiny_pack):
+    """Entries under a fingerprint the worker names as this engine's predecessor are counted on the library
+    line with the command that moves them (which fingerprints those are: tests/test_migrate.py)."""
+    drop(window, [tiny_pack])
+    wait_message(qtbot, window, "Import")
+    window.refresh_library()
+    assert "migrate" not in window.library_label.text()
+    window.engine_info = {**window.engine_info, "predecessors": [window.engine_info["fingerprint"]]}
+    window.refresh_library()
+    assert "; 2 made under this engine's earlier build" in window.library_label.text()
+    assert "(kvgraft migrate)" in window.library_label.text()
+
+
 def test_drop_good_pack_then_ask(qtbot, window, tiny_pack):
     drop(window, [tiny_pack])
     summary = wait_message(qtbot, window, "Import")

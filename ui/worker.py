@@ -157,7 +157,6 @@ class EngineWorker(QObject, WorkerOps, RemoteOps):
                     "n_ctx": self.engine.config.n_ctx,
                     "model_sha256": info.sha256,
                     "predecessors": self._predecessors(),  # entries under these are left to migrate
-                    "batch_invariant": self.engine.batch_invariant,
                 }
             )
 
