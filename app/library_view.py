@@ -38,7 +38,7 @@ class LibraryView:
 
     def to_migrate(self, predecessors: list[str], model_sha256: str) -> int:
         """Entries of this model under the engine's earlier fingerprints (kvgraft migrate moves them)."""
-        return len(self.library.entries_under(predecessors, model_sha256)) if predecessors else 0
+        return self.library.count_under(predecessors, model_sha256)
 
     def remotes(self) -> list[dict]:
         """The remotes this library knows (app/remote/manage.py's shape)."""

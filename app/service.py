@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 from kvgraft.app.core.paths import data_dir
 from kvgraft.app.proof.checkers import check_name
 from kvgraft.app.proof.receipt import ANSWER_READY_PROBE, Receipt, probe_for
-from kvgraft.app.proof.replay import decode_in_calls, schedule_of
+from kvgraft.app.proof.replay import decode_in_calls, prefill_in_schedule, schedule_of
 from kvgraft.app.proof.solution_format import entry_tokens, stored_text
 from kvgraft.engine.compare import logits_sha256
 from kvgraft.engine.engine import Engine
@@ -183,9 +183,13 @@ class LibraryService:
         on_progress,
         answer_ready: bool = False,
         text: str | None = None,
+        schedule: dict | None = None,
+        computed: str = "deposit",
     ) -> "ReferenceRun":
         """Prefill `tokens` in a new context (never the warm one), snapshot it, decode the kind's probe,
-        then graft the snapshot and decode the probe again: the receipt compares the two logits."""
+        then graft the snapshot and decode the probe again: the receipt compares the two logits.
+        `schedule`: prefill in that recorded schedule (app/proof/replay.py) instead of n_batch chunks;
+        `computed`: what the receipt says made it."""
         limit = self.engine.config.n_ctx - 64
         probe_text, probe = probe_for(self.engine.model, kind, question, text)
         # a solution's question is decoded as [all but its last token], [its last token]: the state in
@@ -195,7 +199,7 @@ class LibraryService:
         ready_snap = None
         with self.engine.session() as s:  # the reference run: always a new context, never the warm one
             t0 = time.perf_counter()
-            s.prefill(tokens, on_progress=on_progress)
+            prefill_in_schedule(s, tokens, schedule, on_progress=on_progress)
             prefill_s = time.perf_counter() - t0
             snap = s.snapshot()
             if ready:
@@ -209,7 +213,7 @@ class LibraryService:
             g.graft(snap, bytes_verified=True)
             decode_in_calls(g, probe, calls)
             graft_sha = logits_sha256(g.logits())
-        receipt = Receipt.compared(probe_text, probe, fresh_sha, graft_sha, calls)
+        receipt = Receipt.compared(probe_text, probe, fresh_sha, graft_sha, calls, computed=computed)
         if not receipt.equal:
             log.warning("deposit: grafted logits differ from fresh on this engine (%s)", self.engine.backend)
         return ReferenceRun(snap, ready_snap, probe, receipt, prefill_s)

@@ -15,6 +15,15 @@ from .records import Entry
 OWNERS = {"threads": ("turns", "thread_id"), "sources": ("source_sections", "source_id")}
 
 
+def _under(fingerprints, model_sha256: str | None) -> tuple[str, list]:
+    """The WHERE clause of intact entries under `fingerprints` (none: matches nothing), of a model."""
+    fps = list(fingerprints)
+    where = f"fingerprint IN ({','.join('?' * len(fps))}) AND damaged IS NULL" if fps else "0"
+    if model_sha256 is not None:
+        return where + " AND (model_sha256 = ? OR model_sha256 IS NULL)", [*fps, model_sha256]
+    return where, fps
+
+
 def now() -> str:
     """A UTC timestamp as the index stores them (library.index re-exports it)."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
@@ -103,15 +112,13 @@ class ProvenanceRecords:
 
     def entries_under(self, fingerprints, model_sha256: str | None = None) -> list[Entry]:
         """Intact entries made under any of `fingerprints` (of `model_sha256` when given), oldest first."""
-        fps = list(fingerprints)
-        if not fps:
-            return []
-        sql = f"SELECT * FROM entries WHERE fingerprint IN ({','.join('?' * len(fps))}) AND damaged IS NULL"
-        args = fps
-        if model_sha256 is not None:
-            sql += " AND (model_sha256 = ? OR model_sha256 IS NULL)"
-            args = [*fps, model_sha256]
-        return [Entry.from_row(r) for r in self._db.query(sql + " ORDER BY id", args)]
+        where, args = _under(fingerprints, model_sha256)
+        return [Entry.from_row(r) for r in self._db.query(f"SELECT * FROM entries WHERE {where} ORDER BY id", args)]
+
+    def count_under(self, fingerprints, model_sha256: str | None = None) -> int:
+        """How many `entries_under` there are, without reading them (the window's library line, doctor)."""
+        where, args = _under(fingerprints, model_sha256)
+        return self._db.execute(f"SELECT count(*) FROM entries WHERE {where}", args).fetchone()[0]
 
     def migrate_entry(
         self, entry: Entry, data, sha: str, elide, fingerprint: str, proof: str, receipt: dict | None

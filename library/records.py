@@ -29,6 +29,10 @@ def signed_proof(name: str) -> str:
 GRAFTABLE = "e.damaged IS NULL AND (e.proof IN ('local', 'replayed') OR e.proof LIKE 'signed:_%')"
 
 
+# kinds whose stored tokens are a transcript (decoded replies included), not their text tokenized again
+TRANSCRIPT_KINDS = ("session", "cache")
+
+
 @dataclass(frozen=True)
 class ModelRecord:
     sha256: str

@@ -41,7 +41,7 @@ class PatchError(RuntimeError):
     """A patch does not apply to the pinned source exactly as written."""
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
@@ -58,7 +58,7 @@ def build_key(cmake_args: str) -> dict:
     return {
         "version": VERSION,
         "sdist_sha256": SDIST_SHA256,
-        "patches": {p.name: _sha256(p) for p in patches()},
+        "patches": {p.name: sha256_file(p) for p in patches()},
         "cmake_args": cmake_args,
     }
 
@@ -67,11 +67,11 @@ def fetch_sdist(cache: Path) -> Path:
     """The pinned sdist in `cache` (downloaded once with pip), refused unless its SHA-256 matches."""
     cache.mkdir(parents=True, exist_ok=True)
     sdist = cache / SDIST
-    if not sdist.is_file() or _sha256(sdist) != SDIST_SHA256:
+    if not sdist.is_file() or sha256_file(sdist) != SDIST_SHA256:
         sdist.unlink(missing_ok=True)
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
         subprocess.run([*cmd, "-d", str(cache), f"llama-cpp-python=={VERSION}"], check=True)
-    got = _sha256(sdist)
+    got = sha256_file(sdist)
     if got != SDIST_SHA256:
         sdist.unlink(missing_ok=True)
         raise SystemExit(f"{SDIST}: SHA-256 {got}, expected {SDIST_SHA256}; refusing to build from it")
@@ -153,7 +153,7 @@ def cached_wheel(wheel_dir: Path, key: dict) -> Path | None:
         return None
     if info.get("key") != key or not wheel.is_file():
         return None
-    return wheel if _sha256(wheel) == info.get("sha256") else None
+    return wheel if sha256_file(wheel) == info.get("sha256") else None
 
 
 def build_wheel(wheel_dir: Path, key: dict) -> Path:
@@ -177,7 +177,7 @@ def build_wheel(wheel_dir: Path, key: dict) -> Path:
             old.unlink()
         out = wheel_dir / built.name
         shutil.move(built, out)
-        info = {"key": key, "wheel": out.name, "sha256": _sha256(out), "build_seconds": round(time.time() - t0)}
+        info = {"key": key, "wheel": out.name, "sha256": sha256_file(out), "build_seconds": round(time.time() - t0)}
         (wheel_dir / "BUILD.json").write_text(json.dumps(info, indent=1) + "\n")
         return out
     finally:

@@ -78,7 +78,7 @@ def relocate_backends(raw: Path, out: Path) -> list[str]:
 
 
 def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return llama_build.sha256_file(path)
 
 
 def patches_key() -> dict:

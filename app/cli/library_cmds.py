@@ -306,24 +306,19 @@ def migrate(state, limit, as_json) -> None:
     run (app/maintain/migrate.py); only then does the entry move, with proof "replayed". Entries that
     fail stay where they are and are listed. Exit 0 when none failed."""
     from kvgraft.app.maintain.migrate import migrate as run_migrate
-    from kvgraft.app.maintain.migrate import pending
     from kvgraft.app.service import LibraryService
 
+    progress = stage_progress("migrate")
     with open_library(cli_home()) as lib, LibraryService(state.engine(), lib) as service:
-        todo = len(pending(service))
-        if todo:
-            click.echo(f"migrating {min(todo, limit or todo):,} of {todo:,} entries onto this engine", err=True)
-        progress = stage_progress("migrate")
         report = run_migrate(service, on_progress=lambda done, total, _e: progress("entries", done, total), limit=limit)
-        left = len(pending(service))
     if as_json:
-        emit_json({**report.as_dict(), "left": left})
-    elif not todo:
+        emit_json(report.as_dict())
+    elif not report.pending:
         click.echo("nothing to migrate: no entry of this model is under this engine's earlier fingerprint")
     else:
         click.echo(
-            f"{len(report.moved):,} entries moved onto this engine ({len(report.same_bits):,} kept their bits, "
-            f"{len(report.moved) - len(report.same_bits):,} were computed again); {left:,} left"
+            f"{len(report.moved):,} of {report.pending:,} entries moved onto this engine ({len(report.same_bits):,} "
+            f"kept their bits, {len(report.moved) - len(report.same_bits):,} were computed again); {report.left:,} left"
         )
         for eid, why in report.refused.items():
             click.echo(f"entry #{eid} stays: {why}", err=True)

@@ -22,18 +22,16 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
-from kvgraft.app.proof.receipt import Receipt, probe_for
-from kvgraft.app.proof.replay import expected_tokens, prefill_in_schedule
+from kvgraft.app.proof.replay import expected_tokens
 from kvgraft.app.service import LibraryService
-from kvgraft.engine.compare import logits_sha256
 from kvgraft.engine.errors import EngineError
 from kvgraft.library.errors import LibraryError
-from kvgraft.library.records import REPLAYED, Entry
+from kvgraft.library.records import REPLAYED, TRANSCRIPT_KINDS, Entry
 from kvgraft.library.tokens import tokens_sha256
 
 log = logging.getLogger(__name__)
 
-STORED_TOKENS = ("session", "cache")  # kinds whose tokens are a transcript, not their text tokenized again
+MIGRATED = "library migrate"  # what a migrated entry's receipt says made it
 
 
 def predecessors(engine, library=None) -> list[str]:
@@ -54,11 +52,8 @@ def predecessors(engine, library=None) -> list[str]:
 
 def pending(service: LibraryService) -> list[Entry]:
     """Entries left to migrate onto this engine, oldest first."""
-    return pending_in(service.library, service.engine)
-
-
-def pending_in(library, engine) -> list[Entry]:
-    return library.entries_under(predecessors(engine, library), engine.model.info.sha256)
+    engine = service.engine
+    return service.library.entries_under(predecessors(engine, service.library), engine.model.info.sha256)
 
 
 def pending_count(engine, home=None) -> int:
@@ -70,11 +65,13 @@ def pending_count(engine, home=None) -> int:
     if not (data_dir(home) / "index.db").is_file():
         return 0
     with open_library(home) as lib:
-        return len(pending_in(lib, engine))
+        return lib.count_under(predecessors(engine, lib), engine.model.info.sha256)
 
 
 @dataclass
 class MigrationReport:
+    pending: int = 0  # entries that were left to migrate when it started
+    left: int = 0  # and when it ended
     moved: list[int] = field(default_factory=list)  # entries now under this engine
     same_bits: list[int] = field(default_factory=list)  # of those, the state computed here was the stored one
     refused: dict[int, str] = field(default_factory=dict)  # entry id -> why it stayed
@@ -82,14 +79,20 @@ class MigrationReport:
 
     def as_dict(self) -> dict:
         refused = {str(k): v for k, v in self.refused.items()}
-        return {"moved": self.moved, "same_bits": self.same_bits, "refused": refused, "owners": self.owners}
+        return {
+            "moved": self.moved,
+            "same_bits": self.same_bits,
+            "refused": refused,
+            "owners": self.owners,
+            "left": self.left,
+        }
 
 
 def _tokens(engine, e: Entry) -> list[int]:
     tokens = e.tokens
     if len(tokens) != e.n_tokens or tokens_sha256(tokens) != e.tokens_sha256:
         raise ValueError("its stored tokens do not match their hash")
-    if e.kind not in STORED_TOKENS and tokens != expected_tokens(engine.model, e.kind, e.text, e.question):
+    if e.kind not in TRANSCRIPT_KINDS and tokens != expected_tokens(engine.model, e.kind, e.text, e.question):
         raise ValueError("its tokens are not its text's on this model")
     return tokens
 
@@ -100,35 +103,30 @@ def migrate_entry(service: LibraryService, e: Entry) -> tuple[Entry, bool]:
     EngineError or LibraryError when it stays."""
     engine = service.engine
     tokens = _tokens(engine, e)
-    probe_text, probe = probe_for(engine.model, e.kind, e.question, e.text)
-    with engine.session() as fresh:  # a new context, never the warm one
-        if engine.batch_invariant:
-            fresh.prefill(tokens)  # any split gives the same bits: one prefill
-        else:
-            prefill_in_schedule(fresh, tokens, e.schedule)
-        snap = fresh.snapshot()
-        fresh.prefill(probe)
-        want = logits_sha256(fresh.logits())
-    with service.session() as g:
-        g.graft(snap, bytes_verified=True)
-        g.prefill(probe)
-        got = logits_sha256(g.logits())
-    if got != want:
-        raise EngineError(f"a graft of its state gives other logits than the fresh run ({got[:12]} vs {want[:12]})")
-    receipt = Receipt.compared(probe_text, probe, want, got, computed="library migrate")
-    same = snap.sha256 == e.blob_sha256
+    # a deposit's reference run: fresh prefill (one, the engine being invariant; else the entry's recorded
+    # schedule), snapshot, probe, then the probe again after a graft of that snapshot
+    schedule = None if engine.batch_invariant else e.schedule
+    ref = service.reference_run(tokens, e.kind, e.question, None, text=e.text, schedule=schedule, computed=MIGRATED)
+    r = ref.receipt
+    if not r.equal:
+        raise EngineError(
+            "a graft of its state gives other logits than the fresh run "
+            f"({r.graft_logits_sha256[:12]} vs {r.fresh_logits_sha256[:12]})"
+        )
     moved = service.library.migrate_entry(
-        e, snap.data, snap.sha256, snap.elided, engine.fingerprint, REPLAYED, receipt.as_dict()
+        e, ref.snap.data, ref.snap.sha256, ref.snap.elided, engine.fingerprint, REPLAYED, r.as_dict()
     )
-    return moved, same
+    return moved, ref.snap.sha256 == e.blob_sha256
 
 
 def migrate(
     service: LibraryService, on_progress: Callable[[int, int, Entry], None] | None = None, limit: int | None = None
 ) -> MigrationReport:
     """Migrate every pending entry (or the first `limit`); `on_progress(done, total, entry)` after each."""
-    todo = pending(service)[:limit] if limit is not None else pending(service)
-    report = MigrationReport()
+    old = predecessors(service.engine, service.library)
+    todo = service.library.entries_under(old, service.engine.model.info.sha256)
+    report = MigrationReport(pending=len(todo))
+    todo = todo[:limit] if limit is not None else todo
     for k, e in enumerate(todo):
         try:
             _moved, same = migrate_entry(service, e)
@@ -140,7 +138,6 @@ def migrate(
             log.warning("entry #%d not migrated: %s", e.id, exc)
         if on_progress is not None:
             on_progress(k + 1, len(todo), e)
-    report.owners = service.library.migrate_owners(
-        predecessors(service.engine, service.library), service.engine.fingerprint
-    )
+    report.owners = service.library.migrate_owners(old, service.engine.fingerprint)
+    report.left = service.library.count_under(old, service.engine.model.info.sha256)
     return report

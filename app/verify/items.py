@@ -41,7 +41,7 @@ from kvgraft.engine.compare import compare_logits
 from kvgraft.engine.errors import EngineError
 from kvgraft.engine.session import Snapshot
 from kvgraft.library.pack import PackError, PackReader, pack_sha256
-from kvgraft.library.records import REPLAYED, UNPROVEN, Entry, signed_proof
+from kvgraft.library.records import REPLAYED, TRANSCRIPT_KINDS, UNPROVEN, Entry, signed_proof
 from kvgraft.library.tokens import tokens_sha256
 
 RECEIPTS_VERSION = 2
@@ -97,7 +97,7 @@ def library_items(service: LibraryService, entries: list[Entry]) -> list[Item]:
             schedule=e.schedule,
             vouched_by=e.vouched_by,
             entry_id=e.id,
-            stored_tokens=e.tokens if e.kind in ("session", "cache") else None,
+            stored_tokens=e.tokens if e.kind in TRANSCRIPT_KINDS else None,
         )
         for e in entries
     ]
