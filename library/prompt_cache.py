@@ -3,21 +3,30 @@ evicted least recently used past a byte budget (app/serve/prompt_cache.py decide
 
 A cache state is an entry like any other (a blob, its tokens, `proof: local`: computed here) plus a
 `cache_states` row: the block size of the schedule that decoded it, when it was last used, how many
-times it was. Only a request decoded in the same blocks may reuse it, and only at its own length
-(a boundary of that request's schedule). Search, the window's table, packs and the token count never
-show it (records.NOT_KNOWLEDGE); the budget never touches any other kind.
+times it was. Two ways to find one:
+
+- made in aligned blocks (an engine whose bits depend on the batching): `cached_state`, reused only by a
+  request decoded in the same blocks, and only at its own length (a boundary of that request's schedule);
+- made on a batch-invariant engine (block 0: no schedule): `cache_candidates`, any state sharing a
+  prefix with the request, found through prefix keys kept at every GRAIN tokens and confirmed against
+  the stored tokens; the caller (app/serve/prompt_cache.py) decides how much of it a graft may use.
+
+Search, the window's table, packs and the token count never show it (records.NOT_KNOWLEDGE); the
+budget never touches any other kind.
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
+from .entry_writes import PRESENT
 from .provenance import now
 from .records import GRAFTABLE, LOCAL, Entry
 from .staging import staged
-from .tokens import prefix_keys
+from .tokens import PREFIX_BLOCK, prefix_keys
 
 CACHE = "cache"
+GRAIN = 16  # a state made without a schedule is also keyed at every GRAIN tokens (and its first GRAIN-1, its n-1)
 
 
 class PromptCacheRecords:
@@ -43,20 +52,51 @@ class PromptCacheRecords:
                 return entry
         return None
 
+    def cache_candidates(self, tokens: Sequence[int], fingerprint: str, limit: int = 16) -> list[tuple[Entry, int]]:
+        """States made without a schedule (block 0) under `fingerprint` that share a prefix with `tokens`,
+        as (entry, how many leading tokens it shares), longest shared first; one indexed query over the
+        request's keys at every GRAIN tokens, its first GRAIN-1 lengths and its whole length."""
+        n = len(tokens)
+        lengths = [*range(1, min(n, GRAIN)), *range(GRAIN, n + 1, GRAIN), n - 1, n]
+        keys = prefix_keys(tokens, lengths)
+        if not keys:
+            return []
+        marks = ",".join("?" * len(keys))
+        rows = self._db.execute(
+            "SELECT p.entry_id, max(p.length) AS l FROM prefix_keys p JOIN entries e ON e.id = p.entry_id "
+            "JOIN cache_states c ON c.entry_id = e.id "
+            f"WHERE p.key IN ({marks}) AND e.fingerprint = ? AND c.block = 0 AND {GRAFTABLE} "
+            "GROUP BY p.entry_id ORDER BY l DESC, e.n_tokens, p.entry_id DESC LIMIT ?",
+            [*keys.values(), fingerprint, limit],
+        ).fetchall()
+        want = list(tokens)
+        out = []
+        for entry_id, _ in rows:
+            entry = self.get(entry_id)
+            have = entry.tokens
+            shared = next((i for i, (a, b) in enumerate(zip(have, want, strict=False)) if a != b), min(len(have), n))
+            if entry.kind == CACHE and shared > 0:
+                out.append((entry, shared))
+        out.sort(key=lambda c: (-c[1], c[0].n_tokens))
+        return out
+
     def add_cache_state(self, block: int, **entry) -> tuple[Entry, bool]:
         """Store an automatic state (the keywords are `stage_entry`'s, kind `cache`) and its cache row
-        in one transaction; the same tokens again only mark it used."""
+        in one transaction; the same tokens again only mark it used. A state made without a schedule
+        (block 0) is also keyed at every GRAIN tokens and one short of its end (`cache_candidates`)."""
         with staged(self) as staging:
             existing, pending = self.stage_entry(staging, kind=CACHE, proof=LOCAL, **entry)
             if existing is not None:
                 self.touch_cache_state(existing.id)
                 return existing, False
             with staging.commit() as db:
-                entry_id, _ = self.write_staged(pending)
+                entry_id, written = self.write_staged(pending)
                 db.execute(
                     "INSERT OR REPLACE INTO cache_states (entry_id, block, last_used, hits) VALUES (?, ?, ?, 0)",
                     [entry_id, block, now()],
                 )
+                if block == 0 and written != PRESENT:
+                    _key_grains(db, entry_id, entry["tokens"])
         return self.get(entry_id), True
 
     def touch_cache_state(self, entry_id: int) -> None:
@@ -107,3 +147,16 @@ class PromptCacheRecords:
             db.execute("DELETE FROM blobs WHERE sha256 = ?", [entry.blob_sha256])
         self.blobs.delete(entry.blob_sha256)  # after the commit: a crash before leaves a file gc reclaims
         return int(size[0]) if size else 0
+
+
+def _key_grains(db, entry_id: int, tokens: Sequence[int]) -> None:
+    """The prefix keys a state made without a schedule has beyond every entry's (each PREFIX_BLOCK
+    tokens and its whole length): its first GRAIN-1 lengths, each GRAIN tokens and its length less one
+    (the lengths `cache_candidates` asks for)."""
+    n = len(tokens)
+    lengths = {*range(1, min(n, GRAIN)), *(p for p in range(GRAIN, n, GRAIN) if p % PREFIX_BLOCK), n - 1} - {0}
+    keys = prefix_keys(tokens, lengths)
+    db.conn.executemany(
+        "INSERT INTO prefix_keys (key, length, entry_id, full) VALUES (?, ?, ?, 0)",
+        [(k, length, entry_id) for length, k in keys.items()],
+    )

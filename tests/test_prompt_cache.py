@@ -158,16 +158,109 @@ def make_cache(cache_service):
         c.close_session()
 
 
-def test_questions_after_one_long_system_prompt_store_its_blocks_once(engine, make_cache):
+def plain_cold(engine, tokens) -> str:
+    """A fresh context, the tokens prefilled in n_batch chunks: the reference a cache run must equal."""
+    with engine.session() as s:
+        s.prefill(tokens)
+        return logits_sha256(s.logits())
+
+
+def test_questions_after_one_long_system_prompt_store_its_last_block_once(engine, make_cache):
     cache = make_cache()
     system = prompt(engine, 100, "")
     for q in ("Which boats leave first?", "Who writes the ledger?", "When does the harbor open?", "What colour?"):
         cache.prepare(system + engine.model.tokenize(" Question: " + q, add_bos=False))
         cache.flush()
     n, _ = cache.library.cache_bytes()
-    assert n <= 4, f"{n} automatic states for four short questions after one system prompt"
-    first = cache.prepare(system + engine.model.tokenize(" Question: Which boats leave first?", add_bos=False))
-    assert first.source == "warm" or first.cached_tokens >= len(system) - BLOCK
+    assert n == 1, f"{n} automatic states for four short questions after one system prompt"
+    again = system + engine.model.tokenize(" Question: Which boats leave first?", add_bos=False)
+    first = cache.prepare(again)
+    assert first.source == "warm" and first.cached_tokens > len(system)
+    assert logits_sha256(cache.session.logits()) == plain_cold(engine, again)
+
+
+def test_the_warm_context_reuses_every_token_it_shares_with_the_cold_bits(engine, make_cache):
+    """On the invariant engine a warm request decodes only what is new, wherever the prompts part."""
+    if not engine.batch_invariant:
+        pytest.skip("the engine's probe found its bits depend on the batching: the aligned path serves it")
+    cache = make_cache(budget=0)
+    base = prompt(engine, 70, "")
+    for tail in (" Question: who writes the ledger?", " Question: who writes the", " Q", " Question: which boats?"):
+        p = base + engine.model.tokenize(tail, add_bos=False)
+        before = list(cache.session.tokens)
+        prep = cache.prepare(p)
+        shared = min(
+            len(p) - 1, next((i for i, (a, b) in enumerate(zip(before, p, strict=False)) if a != b), len(before))
+        )
+        assert prep.tokens_prefilled == len(p) - shared, (tail, prep)
+        assert logits_sha256(cache.session.logits()) == plain_cold(engine, p), tail
+        cache.session.generate(3, lookup=0)  # the reply's tokens stay in the context for the next request
+
+
+def test_a_conversation_stores_the_state_after_each_reply_and_resumes_from_it_after_a_restart(engine, make_cache):
+    if not engine.batch_invariant:
+        pytest.skip("the engine's probe found its bits depend on the batching: the aligned path serves it")
+    cache = make_cache()
+    text = engine.model.detokenize(prompt(engine, 40, ""))
+    turns, replies = [" Who writes the ledger?", " Which boats leave first?", " When does it open?"], []
+
+    def conversation(k):
+        out = text
+        for i in range(k):
+            out += f"\nUser:{turns[i]}\nAssistant:" + (replies[i] if i < len(replies) else "")
+        return engine.model.tokenize(out)
+
+    for k in (1, 2):
+        asked = len(conversation(k))
+        cache.prepare(conversation(k))
+        replies.append(cache.session.generate(6, lookup=0).text)
+        held = cache.session.n_past
+        cache.after_reply()
+        cache.flush()
+    ends = sorted(e.n_tokens for e in cache.library.entries(kind="cache"))
+    assert held > asked and held in ends, (asked, held, ends)  # turn 2 continued turn 1: its reply's state
+    cache.close_session()  # a restart: nothing warm
+    p = conversation(3)
+    prep = cache.prepare(p)
+    assert prep.source == "library" and prep.cached_tokens >= held - 1
+    assert prep.tokens_prefilled <= len(p) - held + 1, prep
+    assert logits_sha256(cache.session.logits()) == plain_cold(engine, p)
+
+
+def test_a_short_stored_state_is_trimmed_to_the_shared_prefix_with_the_cold_bits(engine, make_cache):
+    """A state no longer than the sliding window serves any prefix of itself (its graft trimmed back)."""
+    if not engine.batch_invariant:
+        pytest.skip("the engine's probe found its bits depend on the batching: the aligned path serves it")
+    cache = make_cache()
+    short = engine.model.tokenize("User: Who writes the ledger in the harbor?\nAssistant:")
+    assert len(short) < cache.block
+    cache.prepare(short)
+    assert cache.flush() == 1  # a prompt shorter than one block is stored whole
+    cache.close_session()
+    other = short[:-4] + engine.model.tokenize(" boats?\nAssistant:", add_bos=False)
+    prep = cache.prepare(other)
+    shared = next(i for i, (a, b) in enumerate(zip(short, other, strict=False)) if a != b)
+    assert prep.source == "library" and prep.cached_tokens == shared and prep.tokens_restored == len(short)
+    assert logits_sha256(cache.session.logits()) == plain_cold(engine, other)
+
+
+def test_chat_message_boundaries_are_token_prefixes(engine):
+    from kvgraft.app.proof.chat_format import ChatFormat
+
+    messages = [
+        {"role": "system", "content": "You answer questions about the harbor of Paquka."},
+        {"role": "user", "content": "Who writes the ledger?"},
+        {"role": "assistant", "content": "The harbor master."},
+        {"role": "user", "content": "Which boats leave first?"},
+    ]
+    fmt = ChatFormat.for_model(engine.model)
+    tokens, ends = fmt.conversation_with_boundaries(engine.model, messages)
+    assert tokens == fmt.conversation(engine.model, messages)
+    assert ends == sorted(ends) and 2 <= len(ends) <= 3 and ends[-1] < len(tokens)
+    text = engine.model.detokenize(tokens)
+    assert engine.model.detokenize(tokens[: ends[0]]).strip() in text and "Who writes" not in engine.model.detokenize(
+        tokens[: ends[0]]
+    )
 
 
 def test_a_stored_state_grafts_to_the_cold_bits_and_knowledge_is_never_evicted(engine, cache_service, make_cache):
@@ -181,7 +274,7 @@ def test_a_stored_state_grafts_to_the_cold_bits_and_knowledge_is_never_evicted(e
     assert cache.flush() == len(cold_run.stores_queued)
     cache.close_session()  # as after a restart: nothing warm
     hit = cache.prepare(p)
-    assert hit.source == "library" and hit.cached_tokens == len(p) - 1 and hit.proof == "local"
+    assert hit.source == "library" and hit.cached_tokens == max(cold_run.stores_queued) and hit.proof == "local"
     assert logits_sha256(cache.session.logits()) == want
     assert lib.search("ledger") and all(e.kind != "cache" for e in lib.search("ledger"))
     assert lib.cache_bytes()[0] == len(cold_run.stores_queued)

@@ -2,12 +2,13 @@
 
 After each reply the state of the whole transcript (what the KV holds: the prompt segments and
 the reply tokens that were decoded) is stored as a content-addressed `session` entry, with the
-decode schedule that made it: the first segment in chunks of n_batch, then one call per later
-segment and one call per decoded reply token. Sending a message grafts the latest stored state
-and prefills only the new message's segment. The bits depend on the decode schedule
-(../shared/FINDINGS.md), so "exact" here means: the logits before the reply are SHA-256-equal to a
-replay of the thread's own schedule in a new context, as if the thread had never stopped
-(`say(check=True)` runs that replay).
+decode schedule that made it. Sending a message grafts the latest stored state and prefills only the
+new message's segment. "Exact" means: the logits before the reply are SHA-256-equal to a fresh run of
+the thread's tokens in a new context, as if the thread had never stopped (`say(check=True)`,
+`check_turn`). On a batch-invariant engine (`Engine.batch_invariant`) that fresh run is one prefill of
+the tokens and no call sizes are recorded; where the engine's bits depend on the batching, the schedule
+is the first segment in chunks of n_batch, then one call per later segment and one call per decoded
+reply token (or prompt lookup's verify calls), and the fresh run replays it (../shared/FINDINGS.md).
 """
 
 from __future__ import annotations
@@ -157,7 +158,8 @@ class ChatService:
                 f"thread #{thread_id} would hold {len(target):,} tokens plus a reply of up to {max_tokens}; this "
                 f"context holds {n_ctx:,}: start a new thread, or fork an earlier turn (kvgraft chat fork)"
             )
-        schedule = dict(source[1]) if source else schedule_of(self.engine)
+        invariant = self.engine.batch_invariant  # then no call sizes are recorded or replayed: none decides the bits
+        schedule = dict(source[1]) if source and not invariant else schedule_of(self.engine)
         if (schedule["n_batch"], schedule["n_ubatch"]) != (self.engine.config.n_batch, self.engine.config.n_ubatch):
             raise ChatError(
                 f"thread #{thread_id} was decoded with --batch-size {schedule['n_batch']} --ubatch-size "
@@ -180,11 +182,11 @@ class ChatService:
             kv = list(s.tokens)
             snap = s.snapshot()
         calls = list(schedule.get("then", []))
-        if source is not None:
+        if source is not None and not invariant:
             calls.append(len(rest))
         before_schedule = {**schedule, "then": calls} if calls else {k: v for k, v in schedule.items() if k != "then"}
         decoded = len(kv) - len(target)
-        calls = calls + gen.calls  # one per decode call of the reply: 1, or a verify call of prompt lookup
+        calls = calls + ([] if invariant else gen.calls)  # one per decode call of the reply: 1, or a verify call
         after_schedule = {**schedule, "then": calls} if calls else before_schedule
         entry, _ = self.library.add_entry(
             kind="session",
@@ -257,7 +259,8 @@ class ChatService:
         return self.say(thread_id, last.user, max_tokens=max_tokens, on_text=on_text, sampling=sampling)
 
     def check_turn(self, thread_id: int, n: int) -> dict:
-        """Replay turn `n` in a new context, in the schedule it was decoded in: are the logits before its reply
+        """Compute turn `n` in a new context (in the schedule it was decoded in, where the batching decides the
+        bits; one prefill on a batch-invariant engine): are the logits before its reply
         the same bits, and is the stored state after it byte-equal to the replay's? Records the result."""
         thread = self.library.thread(thread_id)
         self._check_engine(thread)
@@ -267,11 +270,13 @@ class ChatService:
         turn = turns[n - 1]
         if turn.decoded is None:
             raise ChatError(f"turn {n} was made before kvgraft recorded how many reply tokens it decoded")
-        tokens, calls = turn.tokens, list(turn.schedule.get("then", []))
-        cut = reply_calls_start(calls, turn.decoded)
-        before_schedule = {k: v for k, v in turn.schedule.items() if k != "then"}
-        if calls[:cut]:
-            before_schedule["then"] = calls[:cut]
+        tokens, calls, cut, before_schedule = turn.tokens, [], 0, {}
+        if not self.engine.batch_invariant:  # else one fresh prefill of the tokens: no call sizes decide the bits
+            calls = list(turn.schedule.get("then", []))
+            cut = reply_calls_start(calls, turn.decoded)
+            before_schedule = {k: v for k, v in turn.schedule.items() if k != "then"}
+            if calls[:cut]:
+                before_schedule["then"] = calls[:cut]
         before = tokens[: len(tokens) - turn.decoded]
         t0 = time.perf_counter()
         eng = engine_for(self.engine, turn.schedule)

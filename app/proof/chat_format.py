@@ -125,14 +125,42 @@ class ChatFormat:
         """A whole conversation ({role, content} dicts, ending with the user's) as the prompt tokens of
         the reply: the template's rendering with the generation prompt, or the plain format (system
         messages first, then "User: ...\nAssistant:" turns with each reply after its "Assistant:")."""
+        return self.conversation_with_boundaries(model, messages)[0]
+
+    def conversation_with_boundaries(self, model, messages: list[dict]) -> tuple[list[int], list[int]]:
+        """`conversation`, and where its messages before the last end: the token count of each such
+        prefix of the rendering whose tokens are a prefix of the whole (where a token spans the end
+        of a message, that message has no boundary)."""
         if self.template is not None:
-            return self._tokens(model, self.render(model, messages, True), at_start=True)
+            text = self.render(model, messages, True)
+            ends = []
+            for k in range(1, len(messages)):
+                before = self.render(model, messages[:k], False)
+                if text.startswith(before):
+                    ends.append(len(before))
+            tokens = self._tokens(model, text, at_start=True)
+            return tokens, _token_ends(tokens, ends, lambda t: self._tokens(model, t, at_start=True), text)
         system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
         text = f"{system}\n\n" if system else ""
+        ends = [len(system)] if system else []
         turns = [m for m in messages if m["role"] != "system"]
         for i, m in enumerate(turns):
             if m["role"] == "user":
                 text += ("\n" if i else "") + f"User: {m['content']}\nAssistant:"
             else:
                 text += f" {m['content']}" if m["content"] else ""
-        return model.tokenize(text, add_bos=True)
+            ends.append(len(text))
+        tokens = model.tokenize(text, add_bos=True)
+        return tokens, _token_ends(tokens, ends[:-1], lambda t: model.tokenize(t, add_bos=True), text)
+
+
+def _token_ends(tokens: list[int], ends: list[int], tokenize, text: str) -> list[int]:
+    """The token counts at which the text prefixes text[:end] end, where their tokens are a prefix of
+    `tokens` (a message's end that falls inside a token has none)."""
+    out = []
+    for end in sorted(set(ends)):
+        if 0 < end < len(text):
+            head = tokenize(text[:end])
+            if 0 < len(head) < len(tokens) and tokens[: len(head)] == head:
+                out.append(len(head))
+    return out

@@ -9,8 +9,10 @@ The schedule (docs/exact-graft.md): one prefill of the tokens from position 0 in
 llama.cpp splitting each chunk into n_ubatch micro-batches. An entry records the (n_batch,
 n_ubatch) it was made with, and the calls after that prefill ("then": a chat turn's reply, one call
 per token or, with prompt-lookup decoding, verify calls {"fed", "kept"}); a replay uses the same
-(the CPU backend was measured to give the same bits across batch sizes, a GPU backend is not known
-to).
+where the schedule decides the bits. On a batch-invariant engine (`Engine.batch_invariant`: its probe
+found every split of a prompt into calls gives the same bits) it does not: there a replay is one
+prefill of the tokens, whatever schedule was recorded (`prefill_in_schedule`, `decode_in_calls`,
+`engine_for`).
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ from kvgraft.engine.state import parse_state
 
 
 def decode_in_calls(session, tokens: Sequence[int], calls: Sequence | None = None) -> None:
-    """Decode `tokens` as the given consecutive calls, as one call when `calls` is None: an int is a
-    call of that many tokens, {"fed", "kept"} a verify call of prompt-lookup decoding (engine/lookup_decode.py)."""
-    calls = list(calls) if calls else [len(tokens)]
+    """Decode `tokens` as the given consecutive calls, as one call when `calls` is None or the engine is
+    batch-invariant: an int is a call of that many tokens, {"fed", "kept"} a verify call of prompt-lookup
+    decoding (engine/lookup_decode.py)."""
+    calls = list(calls) if calls and not session.engine.batch_invariant else [len(tokens)]
     try:  # replay_calls checks that the calls decode exactly these tokens
         replay_calls(session, calls, tokens)
     except EngineError as exc:
@@ -90,8 +93,9 @@ def parse_schedule(raw) -> dict | None:
 def prefill_in_schedule(
     session, tokens: Sequence[int], schedule: dict | None, on_progress: Callable[[int, int], None] | None = None
 ) -> None:
-    """Decode `tokens` from position 0 the way `schedule` says: n_batch chunks, then the `then` calls."""
-    then = (schedule or {}).get("then") or []
+    """Decode `tokens` from position 0 the way `schedule` says: n_batch chunks, then the `then` calls
+    (n_batch chunks only, on a batch-invariant engine)."""
+    then = [] if session.engine.batch_invariant else (schedule or {}).get("then") or []
     head = len(tokens) - sum(call_size(c) for c in then)
     if head < 1:
         raise ValueError(f"a schedule's calls {then} leave nothing of {len(tokens)} tokens for the chunked prefill")
@@ -110,12 +114,13 @@ def expected_tokens(model, kind: str, text: str, question: str | None) -> list[i
 
 
 def engine_for(engine: Engine, schedule: dict | None) -> Engine:
-    """`engine`, or one sharing its model with the batch shape the schedule names.
+    """`engine`, or one sharing its model with the batch shape the schedule names (where the batching
+    decides the bits).
 
     A batch larger than this context is cut to n_ctx: an entry holds at most n_ctx tokens, so it is
     decoded in the same chunks either way."""
     schedule = parse_schedule(schedule)
-    if not schedule:
+    if not schedule or engine.batch_invariant:
         return engine
     n_batch = min(schedule["n_batch"], engine.config.n_ctx)
     n_ubatch = min(schedule["n_ubatch"], n_batch)

@@ -168,11 +168,11 @@ class Server:
 
     async def _job(self, req: CompletionRequest) -> tuple[Job, asyncio.Queue]:
         model = self.worker.service.engine.model
-        stops = req.stop
+        stops, boundaries = req.stop, []
         if req.chat:
             fmt = ChatFormat.for_model(model)
             try:  # off the event loop: a long prompt must not stall the other clients' streams
-                tokens = await run_in_threadpool(fmt.conversation, model, req.messages)
+                tokens, boundaries = await run_in_threadpool(fmt.conversation_with_boundaries, model, req.messages)
             except ChatFormatError as exc:
                 raise api.bad("messages", str(exc)) from None
             stops = tuple(dict.fromkeys(stops + fmt.stops))
@@ -201,6 +201,8 @@ class Server:
             top_logprobs=req.top_logprobs,
             strip=req.chat,
             deadline=time.monotonic() + self.config.time_limit_s,
+            boundaries=(*boundaries, len(tokens)) if req.chat else (),  # the ends of its messages, the last's too
+            continues=req.chat and any(m["role"] == "assistant" for m in req.messages),
         )
         return job, events
 

@@ -1,23 +1,37 @@
 """The server's prompt cache: the library's automatic states and one warm context, keyed by tokens.
 
-Runs on the engine thread. `prepare(tokens)` leaves the context holding the whole prompt with the
-logits after its last token, decoded in the prompt's aligned schedule (app/serve/schedule.py):
+Runs on the engine thread. `prepare(tokens, boundaries)` leaves the context holding the whole prompt
+with the logits after its last token, from the longest prefix it can reuse.
 
-1. the longest reuse point of the prompt's schedule that the warm context holds (same tokens before
-   it: the last request's prompt shares them) is kept and the rest trimmed (`Session.trim`);
-2. unless a cache state in the library is longer: then it is grafted (read, hash-checked, restored);
-3. the rest is decoded in the schedule's calls from there.
+On a batch-invariant engine (`Engine.batch_invariant`: the probe found every split of a prompt into
+calls gives the same bits, docs/exact-graft.md) a state is the same bits however its tokens were
+batched, so:
 
-So a cold, warm or grafted run of a request decodes the same calls and gives the same logits, bit for
-bit (tests/test_prompt_cache.py, tests/test_serve.py).
+1. the warm context keeps every token it holds (the last prompt and its reply) that the new prompt
+   shares (`Session.trim` to the first difference, at most n-1: the last token is decoded for its
+   logits); only what is new is decoded, as llama-server does;
+2. unless the library holds a longer shared prefix (`Library.cache_candidates`): then that state is
+   grafted (read, hash-checked, restored) and trimmed to what the prompt shares, where a trim is exact
+   (`usable`: stored states are canonical, their dead sliding-window cells zeroed, so a state longer
+   than the window is used whole or one token short);
+3. the rest is decoded in n_batch chunks, cut where a state is to be stored.
 
-What is stored, and when: a prompt whose aligned part (A, its last multiple of B below n) goes past
-the longest cache state already stored for it has its states at A and at n-1 (just before its last
-token: the very same prompt again decodes one token) captured during the prefill (one copy of the
-state each) and stored afterwards, in the engine thread's idle time (`store_one`). A prompt that only
-adds a tail inside a block already stored (twenty short questions after one long system prompt) stores
-nothing: the block's state serves them all, and each re-decodes at most B-1 tokens of its tail.
-Cache states are `proof: local` (computed here) and evicted least recently used past the budget.
+What is stored: the states at the prompt's message boundaries (a chat request: the end of each message,
+the last one's with the generation prompt; app/proof/chat_format.py) and at its last whole block of
+`block` tokens (a completion's shared prefix: twenty questions after one system prompt share it); a
+prompt shorter than one block, whole; and, where the request continues a conversation (its prompt holds
+the last prompt and its reply, or a chat request holds an assistant message), the state after the reply,
+which the next turn extends. Each only past what was reused and where no stored state holds those tokens
+already (deduplicated by prefix). A state is captured when the context holds it (one copy) and stored
+when the engine thread is idle (`store_one`, app/serve/worker.py); automatic states are `proof: local`
+(computed here) and evicted least recently used past the budget.
+
+On an engine whose bits depend on the batching (the probe says so, or KVGRAFT_BATCH_INVARIANT=0),
+every request is decoded in its aligned schedule instead (app/serve/schedule.py, `prepare_aligned`),
+and only states at that schedule's boundaries are stored and reused.
+
+Either way a cold, warm or grafted run of a request gives the same logits, bit for bit
+(tests/test_prompt_cache.py, tests/test_serve.py).
 """
 
 from __future__ import annotations
@@ -26,13 +40,15 @@ import logging
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from kvgraft.app.proof.replay import schedule_of
-from kvgraft.app.serve.schedule import BLOCK, aligned_end, calls_from, reuse_points
+from kvgraft.app.serve.schedule import BLOCK, aligned_calls, prepare_aligned
 from kvgraft.app.service import LibraryService, model_record
+from kvgraft.engine.compaction import dead_cells
 from kvgraft.engine.errors import DecodeError
 from kvgraft.engine.session import Session, snapshot_of
+from kvgraft.library.records import Entry
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +93,16 @@ class CacheCounters:
     prefill_s: float = 0.0
 
 
+def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 class PromptCache:
     def __init__(self, service: LibraryService, budget_bytes: int, block: int = BLOCK) -> None:
         if not 0 < block <= service.engine.config.n_batch:
@@ -84,12 +110,19 @@ class PromptCache:
         self.service = service
         self.engine = service.engine
         self.library = service.library
+        self.invariant = self.engine.batch_invariant
         self.block = block
         self.budget_bytes = budget_bytes
         self.counters = CacheCounters()
         self._session: Session | None = None
-        self._points: list[int] = []  # reuse points of the prompt the warm context was last given
-        self._pending: deque[tuple[int, bytearray, tuple[int, ...]]] = deque()
+        # the warm context's tokens a later prompt may reuse: all of them on an invariant engine (None),
+        # else the reuse points of the prompt it was last given (app/serve/schedule.py)
+        self.held_points: list[int] | None = [] if not self.invariant else None
+        self._trusted = False  # the warm context holds a whole prompt (and maybe its reply), nothing half-done
+        self._pending: deque[tuple[int, bytearray, tuple[int, ...], int]] = deque()
+        self._prompt_n = 0  # the last prompt's length and the longest stored state it extends
+        self._stored = 0
+        self._continues = False  # the last prompt continued a conversation: its reply's state is worth storing
         self.last_size = (0, 0)  # (states, bytes) of automatic states, as of the last store: read by /metrics
         self.evict()  # a budget smaller than what an earlier run stored applies at once
 
@@ -97,7 +130,8 @@ class PromptCache:
     def session(self) -> Session:
         if self._session is None or self._session.closed:
             self._session = self.engine.session()
-            self._points = []
+            self._trusted = False
+            self.held_points = [] if not self.invariant else None
         return self._session
 
     def warm_up(self) -> None:
@@ -114,9 +148,17 @@ class PromptCache:
     def pending(self) -> int:
         return len(self._pending)
 
-    def prepare(self, tokens: list[int], on_progress: Callable[[int, int], None] | None = None) -> Prepared:
-        """Get `tokens` into the context (see the module doc); `on_progress(done, total)` after each call
-        may raise Cancelled. On any error the warm context is dropped (the next request starts cold)."""
+    def prepare(
+        self,
+        tokens: list[int],
+        on_progress: Callable[[int, int], None] | None = None,
+        boundaries: Sequence[int] = (),
+        continues: bool = False,
+    ) -> Prepared:
+        """Get `tokens` into the context (see the module doc); `boundaries`: where the prompt's messages
+        end (token counts), states worth storing; `continues`: the prompt holds an earlier reply (a
+        chat's assistant message). `on_progress(done, total)` after each call may raise Cancelled. On
+        any error the warm context is dropped (the next request starts cold)."""
         n = len(tokens)
         if n == 0:
             raise DecodeError("the prompt is empty")
@@ -126,79 +168,142 @@ class PromptCache:
                 "(prompt and reply together)"
             )
         try:
-            return self._prepare(tokens, on_progress)
+            prep = Prepared(prompt_tokens=n, cached_tokens=0, source="cold")
+            t0 = time.perf_counter()
+            if self.invariant:
+                start = self._prepare_invariant(tokens, on_progress, boundaries, continues, prep)
+            else:
+                start = prepare_aligned(self, tokens, on_progress, prep)
+            self._trusted = True
         except BaseException:
             self.close_session()
             raise
+        prep.cached_tokens = start
+        prep.prefill_ms = (time.perf_counter() - t0) * 1e3 - prep.graft_ms
+        prep.tokens_prefilled = n - start
+        self.counters.tokens_prefilled += n - start
+        self.counters.prefill_s += prep.prefill_ms / 1e3
+        self._prompt_n = n
+        return prep
 
-    def _prepare(self, tokens: list[int], on_progress) -> Prepared:
-        n, s, lib, fp = len(tokens), self.session, self.library, self.engine.fingerprint
-        points = reuse_points(n, self.block)
-        warm = self._warm_point(tokens, points)
-        entry = lib.cached_state(tokens, [p for p in points if p > warm], fp, self.block)
-        prep = Prepared(prompt_tokens=n, cached_tokens=0, source="cold")
-        if entry is not None:
-            s.reset(clear_data=False)
-            g = self.service.graft(s, entry)
-            lib.touch_cache_state(entry.id)
-            start, stored = entry.n_tokens, entry.n_tokens
-            prep.source, prep.entry_id, prep.proof = "library", entry.id, entry.proof
-            prep.tokens_restored, prep.graft_ms = g.n_tokens, g.total_ms
-            self.counters.hits_library += 1
-            self.counters.tokens_restored += g.n_tokens
-            self.counters.graft_s += g.total_ms / 1e3
+    # -- the invariant path ---------------------------------------------------------------------
+    def _prepare_invariant(self, tokens: list[int], on_progress, boundaries, continues: bool, prep: Prepared) -> int:
+        n, s = len(tokens), self.session
+        held = shared_prefix(s.tokens, tokens) if self._trusted else 0
+        self._continues = continues or held > self._prompt_n  # it holds the last prompt and some of its reply
+        warm = min(held, n - 1)
+        found, use, self._stored = self._from_library(tokens)
+        if found is not None and use > warm:
+            start = self.graft_entry(found, prep)
+            if use < start:
+                s.trim(use)
+                start = use
         elif warm:
             s.trim(warm)
             start = warm
-            below = lib.cached_state(tokens, [p for p in points if p <= warm], fp, self.block)
-            stored = below.n_tokens if below is not None else 0
-            prep.source = "warm"
-            self.counters.hits_warm += 1
-            self.counters.tokens_warm += warm
+            self.count_warm(prep, warm)
         else:
             s.reset(clear_data=False)
-            start = stored = 0
+            start = 0
             self.counters.misses += 1
-        prep.cached_tokens = start
-        a = aligned_end(n, self.block)
-        keep: set[int] = set()
-        if self.budget_bytes > 0 and a > stored:  # new aligned blocks: their state, and the prompt's own
-            keep = {p for p in (a, n - 1) if p > stored}
-        self._points = []  # until the prompt is in, the context holds no reuse point to trust
-        if start in keep:  # the warm context holds it already: captured before going on
-            self._queue(start, *s.capture())
-            prep.stores_queued.append(start)
-        t0 = time.perf_counter()
+        self._trusted = False  # until the prompt is in
+        last_block = ((n - 1) // self.block) * self.block
+        keep = sorted(self._new_points([*boundaries, last_block, *([n] if n < self.block else [])], start, n))
+        if keep and keep[0] == start:  # the context holds it already: captured before going on
+            self.queue_capture(prep, 0)
         at = start
-        for c in calls_from(start, n, self.block):
-            s.prefill(tokens[at : at + c])
-            at += c
-            if at in keep:
-                self._queue(at, *s.capture())
-                prep.stores_queued.append(at)
-            if on_progress is not None:
-                on_progress(at, n)
-        prep.prefill_ms = (time.perf_counter() - t0) * 1e3
-        prep.tokens_prefilled = n - start
-        self._points = points
-        self.counters.tokens_prefilled += n - start
-        self.counters.prefill_s += prep.prefill_ms / 1e3
-        return prep
+        for point in [p for p in keep if p > start] + ([n] if not keep or keep[-1] != n else []):
+            base = at
 
-    def _warm_point(self, tokens: list[int], points: list[int]) -> int:
-        if self._session is None or self._session.closed or not self._points:
+            def progress(done: int, _total: int, base=base) -> None:
+                if on_progress is not None:
+                    on_progress(base + done, n)
+
+            s.prefill(tokens[at:point], on_progress=progress)
+            at = point
+            if point in keep:
+                self.queue_capture(prep, 0)
+        return start
+
+    def _new_points(self, points, start: int, n: int) -> set[int]:
+        """The points worth a stored state: past what was reused and what the library holds."""
+        if self.budget_bytes <= 0:
+            return set()
+        return {p for p in points if max(start, self._stored, 0) <= p <= n and p > self._stored and p > 0}
+
+    def usable(self, entry: Entry, shared: int, n: int) -> int:
+        """How many of a stored state's tokens a prompt of `n` tokens sharing `shared` of them can use
+        exactly: the whole state, or it trimmed back, where the trim keeps the bits: at most one token
+        (its canonical form zeroed the cells the window drops, which an earlier position still sees) or
+        anywhere in a state no longer than the window. Never the prompt's last token (its logits)."""
+        m, use = entry.n_tokens, min(shared, n - 1)
+        if use >= m - 1 or dead_cells(m, self.engine.window.n_swa) == 0:
+            return use
+        return 0
+
+    def _serves(self, longer: tuple[int, ...], shorter: tuple[int, ...]) -> bool:
+        """Whether a state of `longer` tokens serves every prompt a state of `shorter` would, as exactly."""
+        m, k = len(longer), len(shorter)
+        return m >= k and longer[:k] == shorter and (m - k <= 1 or dead_cells(m, self.engine.window.n_swa) == 0)
+
+    def _from_library(self, tokens: list[int]) -> tuple[Entry | None, int, int]:
+        """(the stored state to graft, how many of its tokens to keep, the longest stored state that is a
+        whole prefix of the prompt): one query over the prompt's prefix keys."""
+        n, best, use, stored = len(tokens), None, 0, 0
+        for entry, shared in self.library.cache_candidates(tokens, self.engine.fingerprint):
+            if shared == entry.n_tokens:
+                stored = max(stored, shared)
+            u = self.usable(entry, shared, n)
+            if u > use:
+                best, use = entry, u
+        return best, use, stored
+
+    def after_reply(self) -> None:
+        """The reply is decoded: on an invariant engine, capture the state of the prompt and its reply
+        (a conversation's next turn extends it), unless a stored state holds it already."""
+        s = self._session
+        if not self.invariant or s is None or s.closed or self.budget_bytes <= 0:
+            return
+        if self._continues and s.n_past > self._prompt_n and s.n_past > self._stored:
+            self._queue(s.n_past, *s.capture(), 0)
+
+    # -- shared by both paths -------------------------------------------------------------------
+    def graft_entry(self, entry: Entry, prep: Prepared) -> int:
+        """Graft a stored cache state into the emptied context; returns how many tokens it holds."""
+        s = self.session
+        s.reset(clear_data=False)
+        g = self.service.graft(s, entry)
+        self.library.touch_cache_state(entry.id)
+        prep.source, prep.entry_id, prep.proof = "library", entry.id, entry.proof
+        prep.tokens_restored, prep.graft_ms = g.n_tokens, g.total_ms
+        self.counters.hits_library += 1
+        self.counters.tokens_restored += g.n_tokens
+        self.counters.graft_s += g.total_ms / 1e3
+        return entry.n_tokens
+
+    def count_warm(self, prep: Prepared, warm: int) -> None:
+        prep.source = "warm"
+        self.counters.hits_warm += 1
+        self.counters.tokens_warm += warm
+
+    def warm_point(self, tokens: list[int], points: list[int]) -> int:
+        """The aligned path's reuse: the longest of `points` the warm context holds for `tokens`."""
+        if self._session is None or self._session.closed or not self.held_points:
             return 0
-        held = self._session.tokens
-        common = 0
-        for a, b in zip(held, tokens, strict=False):
-            if a != b:
-                break
-            common += 1
-        ours = set(self._points)
+        common = shared_prefix(self._session.tokens, tokens)
+        ours = set(self.held_points)
         return max((p for p in points if p in ours and p <= common), default=0)
 
-    def _queue(self, point: int, data: bytearray, tokens: tuple[int, ...]) -> None:
-        self._pending.append((point, data, tokens))
+    def queue_capture(self, prep: Prepared, block: int) -> None:
+        """Capture the state the context holds now (one copy), to store in idle time."""
+        n = self.session.n_past
+        self._queue(n, *self.session.capture(), block)
+        prep.stores_queued.append(n)
+
+    def _queue(self, point: int, data: bytearray, tokens: tuple[int, ...], block: int) -> None:
+        if not block:  # a waiting state the new one serves exactly is not stored twice (deduplicated by prefix)
+            self._pending = deque(p for p in self._pending if p[3] or not self._serves(tokens, p[2]))
+        self._pending.append((point, data, tokens, block))
         while len(self._pending) > MAX_PENDING:
             self._pending.popleft()
             self.counters.dropped += 1
@@ -207,13 +312,14 @@ class PromptCache:
         """Store the oldest captured state (idle time); False when none is waiting."""
         if not self._pending:
             return False
-        point, data, tokens = self._pending.popleft()
+        _, data, tokens, block = self._pending.popleft()
         snap = snapshot_of(self.engine, data, tokens)
-        # the calls that decoded it: a prompt one token longer's, but for its last token alone
-        calls = calls_from(0, len(tokens) + 1, self.block)[:-1]
-        schedule = {**schedule_of(self.engine), **({"then": calls[1:]} if len(calls) > 1 else {})}
+        schedule = schedule_of(self.engine)
+        calls = aligned_calls(len(tokens), block) if block else []
+        if len(calls) > 1:  # decoded in aligned blocks: the calls after the first are part of the bits
+            schedule["then"] = calls[1:]
         _, created = self.library.add_cache_state(
-            self.block,
+            block,
             text=self.engine.model.detokenize(tokens),
             tokens=list(tokens),
             blob=snap.data,
@@ -246,4 +352,5 @@ class PromptCache:
         if self._session is not None:
             self._session.close()
         self._session = None
-        self._points = []
+        self._trusted = False
+        self.held_points = [] if not self.invariant else None

@@ -49,3 +49,48 @@ def calls_from(start: int, n: int, block: int = BLOCK) -> list[int]:
     if start < n:
         calls.append(1)
     return calls
+
+
+def prepare_aligned(cache, tokens: list[int], on_progress, prep) -> int:
+    """The fallback for an engine whose bits depend on the batching (app/serve/prompt_cache.py):
+    get `tokens` into `cache.session` in their aligned schedule, from the longest reuse point the warm
+    context or the library holds; fills `prep` and returns how many tokens were reused."""
+    n, s, lib, fp, block = len(tokens), cache.session, cache.library, cache.engine.fingerprint, cache.block
+    points = reuse_points(n, block)
+    warm = cache.warm_point(tokens, points)
+    entry = lib.cached_state(tokens, [p for p in points if p > warm], fp, block)
+    if entry is not None:
+        start = stored = cache.graft_entry(entry, prep)
+    elif warm:
+        s.trim(warm)
+        start = warm
+        below = lib.cached_state(tokens, [p for p in points if p <= warm], fp, block)
+        stored = below.n_tokens if below is not None else 0
+        cache.count_warm(prep, warm)
+    else:
+        s.reset(clear_data=False)
+        start = stored = 0
+        cache.counters.misses += 1
+    a = aligned_end(n, block)
+    keep: set[int] = set()
+    if cache.budget_bytes > 0 and a > stored:  # new aligned blocks: their state, and the prompt's own
+        keep = {p for p in (a, n - 1) if p > stored}
+    cache.held_points = []  # until the prompt is in, the context holds no reuse point to trust
+    at = start
+    if at in keep:  # the warm context holds it already: captured before going on
+        cache.queue_capture(prep, block)
+    for c in calls_from(start, n, block):
+        s.prefill(tokens[at : at + c])
+        at += c
+        if at in keep:
+            cache.queue_capture(prep, block)
+        if on_progress is not None:
+            on_progress(at, n)
+    cache.held_points = points
+    return start
+
+
+def aligned_calls(n_tokens: int, block: int) -> list[int]:
+    """The calls that decoded an aligned state of `n_tokens` tokens: those of a prompt one token longer,
+    but for its last token alone (the `then` its library record keeps)."""
+    return calls_from(0, n_tokens + 1, block)[:-1]

@@ -4,9 +4,9 @@ The HTTP side (app/serve/http.py) turns each request into a `Job` and `submit`s 
 refused at once (`QueueFull`: a 429). The thread prepares the prompt through the prompt cache, decodes
 through the one decode loop, and sends what happens back through `job.emit` (called on this thread;
 the HTTP side makes it thread-safe). A job whose client went away (`job.cancel`) stops at the next
-call or token and frees the engine. After each response (and while idle), the thread stores the
-states the cache captured: all of them when no request waits, else one per request, so a steady
-stream of requests does not starve them.
+call or token and frees the engine. The thread stores the states the cache captured while idle (no
+request for IDLE_S), and one per request while half of MAX_PENDING wait, so a client that sends its
+next request at once never waits for a store and a steady stream of requests does not starve them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kvgraft.app.answer.stream import TextStream
-from kvgraft.app.serve.prompt_cache import ContextLengthExceeded, PromptCache
+from kvgraft.app.serve.prompt_cache import MAX_PENDING, ContextLengthExceeded, PromptCache
 from kvgraft.app.service import LibraryService
 from kvgraft.engine.errors import Cancelled, EngineError
 from kvgraft.engine.sampling import Sampler, SamplingParams, TokenLogprob, token_logprob
@@ -28,6 +28,7 @@ from kvgraft.library.errors import LibraryError
 log = logging.getLogger(__name__)
 
 _STOP = object()
+IDLE_S = 0.05  # no request for this long: the engine thread stores a captured state
 
 
 class QueueFull(Exception):
@@ -47,6 +48,8 @@ class Job:
     strip: bool = False  # a chat reply is shown stripped; a completion is the raw continuation
     deadline: float = float("inf")  # time.monotonic() past which decoding ends (finish_reason "length")
     cancel: threading.Event = field(default_factory=threading.Event)
+    boundaries: tuple[int, ...] = ()  # where the prompt's messages end (token counts): states worth storing
+    continues: bool = False  # the prompt holds an earlier reply (a chat's assistant message)
 
 
 class JobQueue:
@@ -121,7 +124,7 @@ class EngineWorker(JobQueue):
         cache = self.cache
         while True:
             try:
-                job = self._q.get(timeout=0.02) if cache.pending else self._q.get()
+                job = self._q.get(timeout=IDLE_S) if cache.pending else self._q.get()
             except queue.Empty:
                 self._store_one()
                 continue
@@ -132,10 +135,10 @@ class EngineWorker(JobQueue):
                 self._serve(job)
             finally:
                 self.busy = False
-            # the response is out: store what it captured now, all of it when nobody waits, else one
-            # state (a client that sends its next request at once must not starve the stores)
-            self._store_one()
-            while cache.pending and self._q.empty():
+            # the response is out: a client that sends its next request at once must not wait for a store,
+            # so the captured states are stored once no request came for IDLE_S (above), or one per request
+            # while half the queue of captures waits (a steady stream of requests must not starve them)
+            if cache.pending >= MAX_PENDING // 2:
                 self._store_one()
         stored = cache.flush() if getattr(self, "_store_on_stop", True) else 0
         dropped = cache.pending
@@ -174,7 +177,7 @@ def serve_job(cache: PromptCache, job: Job) -> None:
             raise Cancelled("the request's time limit")
 
     try:
-        prep = cache.prepare(job.tokens, on_progress=check)
+        prep = cache.prepare(job.tokens, on_progress=check, boundaries=job.boundaries, continues=job.continues)
     except ContextLengthExceeded as exc:
         job.emit(("error", "context_length_exceeded", str(exc)))
         return
@@ -235,3 +238,7 @@ def serve_job(cache: PromptCache, job: Job) -> None:
             },
         )
     )
+    try:  # the response is out: the prompt and its reply, for the conversation's next turn
+        cache.after_reply()
+    except EngineError as exc:  # a cache store is an optimisation: log, go on
+        log.warning("the state after a reply was not captured: %s", exc)
