@@ -11,8 +11,10 @@ times it was. Two ways to find one:
   prefix with the request, found through prefix keys kept at every GRAIN tokens and confirmed against
   the stored tokens; the caller (app/serve/prompt_cache.py) decides how much of it a graft may use.
 
-Search, the window's table, packs and the token count never show it (records.NOT_KNOWLEDGE); the
-budget never touches any other kind.
+Search, the window's table, packs and the token count never show it (records.NOT_KNOWLEDGE). One
+budget rule keeps the server's states and the conversations' the same way: past the budget the least
+recently used go, automatic states and the conversation states no thread pins (a thread's newest state
+and its fork points stay while the thread exists); it never touches any other kind.
 """
 
 from __future__ import annotations
@@ -109,25 +111,39 @@ class PromptCacheRecords:
         ).fetchone()
         return int(row[0])
 
+    def _budgeted(self) -> str:
+        """SQL for the entries the cache budget governs: automatic states, and conversation states no
+        thread pins (`sessions_to_keep`: a thread's newest state and its fork points, pinned while the
+        thread exists)."""
+        pinned = ",".join(str(int(i)) for i in self.sessions_to_keep()) or "NULL"
+        return (
+            "SELECT e.id, coalesce(c.last_used, e.created_at) AS used FROM entries e "
+            "LEFT JOIN cache_states c ON c.entry_id = e.id "
+            f"WHERE c.entry_id IS NOT NULL OR (e.kind = 'session' AND e.id NOT IN ({pinned}))"
+        )
+
     def cache_bytes(self) -> tuple[int, int]:
-        """(cache states, bytes of the blobs only cache states hold)."""
-        n = self._db.execute("SELECT count(*) FROM cache_states").fetchone()[0]
+        """(states the cache budget governs, bytes of the blobs only they hold): automatic states and
+        conversation states no thread pins."""
+        budgeted = self._budgeted()
+        n = self._db.execute(f"SELECT count(*) FROM ({budgeted})").fetchone()[0]
         size = self._db.execute(
             "SELECT coalesce(sum(b.size), 0) FROM blobs b WHERE b.sha256 IN "
-            "(SELECT e.blob_sha256 FROM entries e JOIN cache_states c ON c.entry_id = e.id) AND b.sha256 NOT IN "
-            f"(SELECT blob_sha256 FROM entries WHERE kind != '{CACHE}')"
+            f"(SELECT e.blob_sha256 FROM entries e WHERE e.id IN (SELECT id FROM ({budgeted}))) AND b.sha256 NOT IN "
+            f"(SELECT blob_sha256 FROM entries WHERE id NOT IN (SELECT id FROM ({budgeted})))"
         ).fetchone()[0]
         return n, int(size)
 
     def evict_cache(self, budget_bytes: int) -> tuple[int, int]:
-        """Remove least recently used cache states (and the blobs only they held) until the blobs only
-        cache states hold fit `budget_bytes`. Returns (states removed, bytes freed)."""
+        """Remove the least recently used of the states the budget governs (automatic states by their last
+        use, unpinned conversation states by when they were made), and the blobs only they held, until
+        those blobs fit `budget_bytes`. Returns (states removed, bytes freed)."""
         removed = freed = 0
         while True:
             _, size = self.cache_bytes()
             if size <= budget_bytes:
                 return removed, freed
-            row = self._db.execute("SELECT entry_id FROM cache_states ORDER BY last_used, entry_id LIMIT 1").fetchone()
+            row = self._db.execute(f"SELECT id FROM ({self._budgeted()}) ORDER BY used, id LIMIT 1").fetchone()
             if row is None:
                 return removed, freed
             freed += self._remove_cache_state(row[0])

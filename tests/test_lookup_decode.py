@@ -1,7 +1,8 @@
 """Greedy decoding with prompt-lookup drafts on the real model (engine/lookup_decode.py): a lookup-decoded
 answer replays bit for bit in its recorded calls, a generation that ends inside accepted drafts leaves the
-context plain decoding would, and a wrong draft is rejected. Whether its tokens equal
-plain greedy's is not asserted (argmax near-ties can differ between batch shapes): it is counted."""
+context plain decoding would, and a wrong draft is rejected. On a batch-invariant engine its tokens, its
+logits and its state are plain greedy's, bit for bit; elsewhere (near-ties can differ between batch shapes)
+the differences are counted."""
 
 from __future__ import annotations
 
@@ -56,6 +57,35 @@ def test_a_lookup_decoded_answer_replays_bit_for_bit_in_its_recorded_calls(engin
     assert plain.calls == [1] * len(plain.tokens)
     differing = sum(a != b for a, b in zip(plain.tokens, gen.tokens, strict=False))
     print(f"lookup: {len(gen.tokens)} tokens in {len(gen.calls)} calls; {differing} differ from plain greedy")
+
+
+ANSWERS = [
+    CONTEXT,
+    "Ferry timetable. Boats leave Paquka at 06:10, 07:40, 09:15 and 11:50 every day.\n"
+    "Question: When do the boats leave Paquka?\nAnswer: Boats leave Paquka at",
+    "The harbor master writes each departure in a ledger. The ledger is kept in the tower.\n"
+    "Repeat the text above word for word.\nThe harbor master",
+    "Question: What is the capital of France?\nAnswer:",
+]
+
+
+@pytest.mark.parametrize("text", ANSWERS, ids=["shelf", "timetable", "repeat", "no-copy"])
+def test_on_the_invariant_engine_lookup_decoding_gives_plain_greedys_bits(engine, text):
+    """Accepted drafts are plain greedy's tokens, and the logits after each and the state after all are the
+    same bits: a verify call's rows are computed as one-token calls would compute them."""
+    if not engine.batch_invariant:
+        pytest.skip("the engine's probe found its bits depend on the batching: differences are only counted")
+    toks = engine.model.tokenize(text, add_bos=True)
+    runs = []
+    for k in (0, 8):
+        with engine.session() as s:
+            s.prefill(toks)
+            gen = s.generate(32, lookup=k, stop_at_eog=True)
+            runs.append((gen.tokens, _state_sha(s), len(gen.calls)))
+    (plain, plain_state, plain_calls), (looked, looked_state, looked_calls) = runs
+    assert looked == plain, "lookup decoding chose other tokens than plain greedy"
+    assert looked_state == plain_state, "lookup decoding left other cells than plain greedy"
+    assert looked_calls <= plain_calls
 
 
 @pytest.mark.parametrize("end", ["stop", "cancel"])

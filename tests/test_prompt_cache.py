@@ -285,3 +285,27 @@ def test_a_stored_state_grafts_to_the_cold_bits_and_knowledge_is_never_evicted(e
 
     gc(lib, grace_s=0)
     assert not fsck(lib)["problems"]
+
+
+def test_one_budget_keeps_a_threads_pinned_states_and_evicts_its_older_ones_with_the_cache(
+    engine, cache_service, make_cache
+):
+    from kvgraft.app.answer.chat import ChatService
+
+    lib = cache_service.library
+    chats = ChatService(cache_service)
+    t = chats.new_thread(system="Be brief.")
+    for q in ("Who writes the ledger?", "Which boats leave first?", "When does the harbor open?"):
+        chats.say(t.id, q, max_tokens=4)
+    states = [turn.entry_id for turn in lib.turns(t.id)]
+    cache = make_cache()
+    cache.prepare(prompt(engine, 20, " Question: who writes the ledger?"))
+    cache.flush()
+    n, size = lib.cache_bytes()
+    assert n == 1 + 2 and size > 0  # the automatic state and the thread's two older states; its newest is pinned
+    make_cache(budget=1)  # a restart with a budget every unpinned state is past
+    assert lib.cache_bytes() == (0, 0)
+    kept = lib.existing_entries(states)
+    assert list(kept) == [states[-1]]  # the newest state stays while the thread exists
+    again = chats.say(t.id, "And the blue ones?", max_tokens=4, check=True)
+    assert again.tokens_restored == lib.get(states[-1]).n_tokens and again.exact is True

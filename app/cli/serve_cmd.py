@@ -46,9 +46,10 @@ from kvgraft.app.serve.run import ServeError, ServeOptions, parse_size, serve
 @handle_errors
 def serve_cmd(host, port, api_key, cache_budget, queue_size, time_limit, state) -> None:
     """Serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics)
-    with a prompt cache that survives restarts: every prompt is decoded in aligned blocks, its states
-    are stored in the library, and a later request (after a restart too) grafts the longest one and
-    gets the same logits as a cold run."""
+    with a prompt cache that survives restarts: a request reuses the longest prefix the warm context or
+    the library holds (after a restart too) and gets the same logits as a cold run; states are stored
+    at message boundaries, the last 64-token block and after a conversation's reply (docs/server.md).
+    On an engine whose bits depend on the batching, prompts are decoded in aligned blocks instead."""
     try:
         opts = ServeOptions(
             host=host,

@@ -123,6 +123,8 @@ class PromptCache:
         self._prompt_n = 0  # the last prompt's length and the longest stored state it extends
         self._stored = 0
         self._continues = False  # the last prompt continued a conversation: its reply's state is worth storing
+        self._deferred = 0  # the warm context's length whose state is to be captured in idle time (0: none)
+        self.last_prefilled = 0  # tokens the last request prefilled (the worker stores at once after a long one)
         self.last_size = (0, 0)  # (states, bytes) of automatic states, as of the last store: read by /metrics
         self.evict()  # a budget smaller than what an earlier run stored applies at once
 
@@ -146,7 +148,8 @@ class PromptCache:
 
     @property
     def pending(self) -> int:
-        return len(self._pending)
+        """States waiting to be stored (the one still to be captured from the warm context included)."""
+        return len(self._pending) + bool(self._deferred)
 
     def prepare(
         self,
@@ -180,7 +183,7 @@ class PromptCache:
             raise
         prep.cached_tokens = start
         prep.prefill_ms = (time.perf_counter() - t0) * 1e3 - prep.graft_ms
-        prep.tokens_prefilled = n - start
+        prep.tokens_prefilled = self.last_prefilled = n - start
         self.counters.tokens_prefilled += n - start
         self.counters.prefill_s += prep.prefill_ms / 1e3
         self._prompt_n = n
@@ -190,6 +193,10 @@ class PromptCache:
     def _prepare_invariant(self, tokens: list[int], on_progress, boundaries, continues: bool, prep: Prepared) -> int:
         n, s = len(tokens), self.session
         held = shared_prefix(s.tokens, tokens) if self._trusted else 0
+        if self._deferred:  # the last reply's state, not captured yet: superseded if this prompt goes on from it
+            if held < self._deferred:
+                self.queue_capture(prep, 0)
+            self._deferred = 0
         self._continues = continues or held > self._prompt_n  # it holds the last prompt and some of its reply
         warm = min(held, n - 1)
         found, use, self._stored = self._from_library(tokens)
@@ -259,13 +266,16 @@ class PromptCache:
         return best, use, stored
 
     def after_reply(self) -> None:
-        """The reply is decoded: on an invariant engine, capture the state of the prompt and its reply
-        (a conversation's next turn extends it), unless a stored state holds it already."""
+        """The reply is decoded: on an invariant engine, where the request continued a conversation, the
+        state of the prompt and its reply is to be stored (the next turn extends it), unless a stored
+        state holds it already. It is captured in idle time (`store_one`), or before the next request
+        changes the context; a next turn that goes on from it supersedes it (its own reply's state will
+        hold it)."""
         s = self._session
         if not self.invariant or s is None or s.closed or self.budget_bytes <= 0:
             return
         if self._continues and s.n_past > self._prompt_n and s.n_past > self._stored:
-            self._queue(s.n_past, *s.capture(), 0)
+            self._deferred = s.n_past
 
     # -- shared by both paths -------------------------------------------------------------------
     def graft_entry(self, entry: Entry, prep: Prepared) -> int:
@@ -309,7 +319,12 @@ class PromptCache:
             self.counters.dropped += 1
 
     def store_one(self) -> bool:
-        """Store the oldest captured state (idle time); False when none is waiting."""
+        """Store the oldest captured state (idle time), capturing the deferred one first; False when none
+        is waiting."""
+        s = self._session
+        if self._deferred and s is not None and not s.closed and s.n_past == self._deferred:
+            self._queue(self._deferred, *s.capture(), 0)
+        self._deferred = 0
         if not self._pending:
             return False
         _, data, tokens, block = self._pending.popleft()
@@ -352,5 +367,6 @@ class PromptCache:
         if self._session is not None:
             self._session.close()
         self._session = None
+        self._deferred = 0
         self._trusted = False
         self.held_points = [] if not self.invariant else None

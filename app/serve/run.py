@@ -110,7 +110,7 @@ def serve(settings: Settings, home: Path, opts: ServeOptions, say: Callable[[str
     say(
         f"kvgraft serve: http://{opts.host}:{opts.port}/v1 (data dir {home}; prompt cache budget "
         f"{opts.budget_bytes / 1024**3:.1f} GiB{', storing off' if not opts.budget_bytes else ''}; "
-        f"aligned blocks of {opts.block} tokens; {'API key required' if opts.api_key else 'no API key'})"
+        f"cache blocks of {opts.block} tokens; {'API key required' if opts.api_key else 'no API key'})"
     )
     # uvicorn stops on SIGINT and SIGTERM, then raises the signal again with the handler it found:
     # a quiet one for SIGTERM lets the pending states be stored instead of the process dying there
