@@ -58,6 +58,7 @@ class Engine:
         self.kv_type_ids = (KV_TYPES[config.type_k], KV_TYPES[config.type_v])
         self._layout: StateLayout | None = None
         self.probe_cache = probe_cache
+        self.decode_cost: float | None = None  # a one-token decode call's wall time, running (engine/lookup_decode.py)
 
     @classmethod
     def load(cls, config: EngineConfig, model_sha256: str, probe_cache: ProbeCache | None = None) -> "Engine":

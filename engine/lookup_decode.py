@@ -13,6 +13,7 @@ a plain prefill makes them (tests/test_scoring.py measures it for scored prefill
 
 from __future__ import annotations
 
+import time
 from typing import Sequence
 
 import numpy as np
@@ -24,6 +25,7 @@ from .scoring import logits_row
 MAX_N, MIN_N = 4, 2  # drafts follow the longest earlier occurrence of the last 4..2 tokens
 FIRST = 4  # the first draft's length (then doubled while all accepted, up to k)
 TRUST = 0.7  # draft only while at least this share of drafted tokens was accepted (the first draft always)
+EMA = 0.2  # weight of the newest one-token call in the engine's running estimate of its cost
 
 
 def feed(session, fed: Sequence[int], keep: int | None = None) -> tuple[list[int], int]:
@@ -54,8 +56,14 @@ class Drafter:
     likely to be accepted: they end before a token holding the first character of a stop string (the
     generation ends there and plain decoding would not decode it), the first is FIRST tokens long, the
     length doubles (up to k) while every drafted token is accepted and falls to the accepted count when
-    one is not, and once fewer than TRUST of the drafted tokens were accepted nothing more is drafted
-    (tuned on the fresh set the README reports, scripts/prompt_lookup.py --sets fresh: not held out)."""
+    one is not, and once fewer than TRUST of the drafted tokens were accepted nothing more is drafted.
+
+    And drafting turns itself off where it does not pay: each verify call's wall time is weighed against
+    what its kept tokens would have cost one call each (the engine's running estimate of a one-token
+    call, `engine.decode_cost`), and once the calls of this generation cost more than they saved, it
+    decodes one token per call to the end. So an answer with nothing to copy loses at most its first
+    verify call, and a machine where a call of several tokens costs as much as as many calls (kvgraft's
+    batch-invariant build computes each row on its own) stops drafting at once."""
 
     def __init__(self, session, k: int, stops=()) -> None:
         self.session, self.k = session, k
@@ -65,9 +73,12 @@ class Drafter:
         self.stop_starts = {s[0].encode("utf-8") for s in stops if s}
         self.length = min(k, FIRST)  # the next draft's length
         self.drafted = self.accepted = 0
+        self.saved = 0.0  # seconds the verify calls saved against one call per kept token (negative: lost)
 
     def _draft(self, n: int) -> list[int]:
         if self.accepted + 1 < TRUST * (self.drafted + 1):  # mostly rejected: drafts cost more than they save
+            return []
+        if self.saved < 0 or _one_token_cost(self.session.engine) is None:  # they lost time, or nothing to weigh
             return []
         draft = self.index.draft(n, min_n=MIN_N)
         for i, d in enumerate(draft):
@@ -84,14 +95,27 @@ class Drafter:
         self.index.extend([tok])
         n = min(self.length, room - 1, s.n_ctx - s.n_past - 1, s.engine.config.n_batch - 1)
         draft = self._draft(n) if n > 0 else []
+        t0 = time.perf_counter()
         if not draft:
             s.decode_one(tok)
+            _note_one_token(s.engine, time.perf_counter() - t0)
             return [], 1
         argmax, kept = feed(s, [tok, *draft])
+        self.saved += kept * _one_token_cost(s.engine) - (time.perf_counter() - t0)
         self.index.extend(draft[: kept - 1])
         self.drafted, self.accepted = self.drafted + len(draft), self.accepted + kept - 1
         self.length = min(self.k, 2 * len(draft)) if kept - 1 == len(draft) else max(1, kept - 1)
         return argmax[:kept], {"fed": [tok, *draft], "kept": kept}
+
+
+def _one_token_cost(engine) -> float | None:
+    """The engine's running estimate of a one-token decode call's wall time (None before the first)."""
+    return engine.decode_cost
+
+
+def _note_one_token(engine, seconds: float) -> None:
+    old = _one_token_cost(engine)
+    engine.decode_cost = seconds if old is None else (1 - EMA) * old + EMA * seconds
 
 
 def replay_calls(session, calls: Sequence, tokens: Sequence[int]) -> None:

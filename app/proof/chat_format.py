@@ -154,6 +154,17 @@ class ChatFormat:
         return tokens, _token_ends(tokens, ends[:-1], lambda t: model.tokenize(t, add_bos=True), text)
 
 
+def paragraph_boundary(model, text: str, tokens: list[int]) -> list[int]:
+    """A completion's one boundary: the token count after its last blank line ("\n\n"), where the text
+    before it is a token prefix of the prompt, e.g. a document or a system prompt before its question."""
+    end = text.rfind("\n\n")
+    if end <= 0:
+        return []
+    return _token_ends(tokens, [end + 2], lambda t: model.tokenize(t, add_bos=True), text) or _token_ends(
+        tokens, [end], lambda t: model.tokenize(t, add_bos=True), text
+    )
+
+
 def _token_ends(tokens: list[int], ends: list[int], tokenize, text: str) -> list[int]:
     """The token counts at which the text prefixes text[:end] end, where their tokens are a prefix of
     `tokens` (a message's end that falls inside a token has none)."""

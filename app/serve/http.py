@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kvgraft.app.proof.chat_format import ChatFormat, ChatFormatError
+from kvgraft.app.proof.chat_format import ChatFormat, ChatFormatError, paragraph_boundary
 from kvgraft.app.serve import openai_api as api
 from kvgraft.app.serve.metrics import Metrics
 from kvgraft.app.serve.openai_api import ApiError, CompletionRequest
@@ -178,6 +178,7 @@ class Server:
             stops = tuple(dict.fromkeys(stops + fmt.stops))
         else:
             tokens = await run_in_threadpool(model.tokenize, req.prompt, True)
+            boundaries = await run_in_threadpool(paragraph_boundary, model, req.prompt, tokens)
         n_ctx = self.worker.service.engine.config.n_ctx
         if len(tokens) >= n_ctx:
             raise ApiError(
@@ -201,7 +202,8 @@ class Server:
             top_logprobs=req.top_logprobs,
             strip=req.chat,
             deadline=time.monotonic() + self.config.time_limit_s,
-            boundaries=(*boundaries, len(tokens)) if req.chat else (),  # the ends of its messages, the last's too
+            # the ends of a chat's messages (the last one's too), or a completion's last blank line
+            boundaries=(*boundaries, len(tokens)) if req.chat else tuple(boundaries),
             continues=req.chat and any(m["role"] == "assistant" for m in req.messages),
         )
         return job, events

@@ -16,15 +16,16 @@ batched, so:
    than the window is used whole or one token short);
 3. the rest is decoded in n_batch chunks, cut where a state is to be stored.
 
-What is stored: the states at the prompt's message boundaries (a chat request: the end of each message,
-the last one's with the generation prompt; app/proof/chat_format.py) and at its last whole block of
-`block` tokens (a completion's shared prefix: twenty questions after one system prompt share it); a
-prompt shorter than one block, whole; and, where the request continues a conversation (its prompt holds
-the last prompt and its reply, or a chat request holds an assistant message), the state after the reply,
-which the next turn extends. Each only past what was reused and where no stored state holds those tokens
-already (deduplicated by prefix). A state is captured when the context holds it (one copy) and stored
-when the engine thread is idle (`store_one`, app/serve/worker.py); automatic states are `proof: local`
-(computed here) and evicted least recently used past the budget.
+What is stored: the states at the prompt's boundaries: a chat request's message ends (each message's,
+the last one's with the generation prompt; app/proof/chat_format.py), a completion's last blank line (a
+document or a system prompt before its question); a completion without one, its last whole block of
+`block` tokens and, if shorter than one block, the whole prompt; and, where the request continues a
+conversation (its prompt holds the last prompt and its reply, or a chat request holds an assistant
+message), the state after the reply, which the next turn extends. Each only past what was reused and
+where no stored state holds those tokens already (deduplicated by prefix). A state is captured when the
+context holds it (one copy) and stored when the engine thread is idle (`store_one`,
+app/serve/worker.py); automatic states are `proof: local` (computed here) and evicted least recently
+used past the budget.
 
 On an engine whose bits depend on the batching (the probe says so, or KVGRAFT_BATCH_INVARIANT=0),
 every request is decoded in its aligned schedule instead (app/serve/schedule.py, `prepare_aligned`),
@@ -215,7 +216,9 @@ class PromptCache:
             self.counters.misses += 1
         self._trusted = False  # until the prompt is in
         last_block = ((n - 1) // self.block) * self.block
-        keep = sorted(self._new_points([*boundaries, last_block, *([n] if n < self.block else [])], start, n))
+        # where the request names no boundary, its last whole block is the prefix others may share
+        points = [*boundaries] if boundaries else [last_block, *([n] if n < self.block else [])]
+        keep = sorted(self._new_points(points, start, n))
         if keep and keep[0] == start:  # the context holds it already: captured before going on
             self.queue_capture(prep, 0)
         at = start
