@@ -69,7 +69,8 @@ def generate(
     model = session.engine.model
     gen = Generation()
     drafter = None
-    if lookup > 0 and sampler.params.greedy and top_logprobs is None and stop_at_eog:
+    greedy_plain = lookup > 0 and sampler.params.greedy and top_logprobs is None and stop_at_eog
+    if greedy_plain and session.engine.draft_stats.worth_trying():  # unless recent generations' drafts lost time
         drafter = Drafter(session, lookup, stops)
     ahead: list[int] = []  # choices a verify call already made: ahead[0] is the next one
     n_ahead = 0  # how many of `ahead` are decoded into the context already
@@ -130,6 +131,8 @@ def generate(
             gen.calls.append(1)
     if n_ahead + extra:
         _forget(session, gen.calls, n_ahead + extra)
+    if drafter is not None:
+        drafter.finish()
     gen.text = text
     gen.seconds = time.perf_counter() - t0
     return gen

@@ -16,6 +16,7 @@ from .bindings import SWITCH_MODE, cpu_backend, package_version, supports_gpu_of
 from .compaction import WindowSpec
 from .config import KV_TYPES, EngineConfig
 from .errors import ConfigError, EngineError
+from .lookup_decode import DraftStats
 from .model import USE_EXTRA_BUFTS, Model
 from .probe import PROBE_VERSION, ProbeCache, cache_key, probe_schedule, run_probe
 from .session import Session
@@ -58,7 +59,7 @@ class Engine:
         self.kv_type_ids = (KV_TYPES[config.type_k], KV_TYPES[config.type_v])
         self._layout: StateLayout | None = None
         self.probe_cache = probe_cache
-        self.decode_cost: float | None = None  # a one-token decode call's wall time, running (engine/lookup_decode.py)
+        self.draft_stats = DraftStats()  # what prompt-lookup drafts cost and saved here (engine/lookup_decode.py)
 
     @classmethod
     def load(cls, config: EngineConfig, model_sha256: str, probe_cache: ProbeCache | None = None) -> "Engine":

@@ -14,6 +14,7 @@ a plain prefill makes them (tests/test_scoring.py measures it for scored prefill
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -25,7 +26,34 @@ from .scoring import logits_row
 MAX_N, MIN_N = 4, 2  # drafts follow the longest earlier occurrence of the last 4..2 tokens
 FIRST = 4  # the first draft's length (then doubled while all accepted, up to k)
 TRUST = 0.7  # draft only while at least this share of drafted tokens was accepted (the first draft always)
-EMA = 0.2  # weight of the newest one-token call in the engine's running estimate of its cost
+EMA = 0.2  # weight of the newest measurement in the engine's running estimates (DraftStats)
+RETRY = 8  # after generations whose drafts lost time, one in RETRY drafts again (the content may have changed)
+
+
+@dataclass
+class DraftStats:
+    """What an engine has learnt about its drafts (`Engine.draft_stats`): a one-token decode call's wall
+    time and the seconds recent generations' verify calls saved (negative: lost), both running averages."""
+
+    decode_cost: float | None = None
+    gain: float | None = None
+    skipped: int = 0  # generations since the last one that drafted while drafts lose
+
+    def note_call(self, seconds: float) -> None:
+        self.decode_cost = seconds if self.decode_cost is None else (1 - EMA) * self.decode_cost + EMA * seconds
+
+    def note_generation(self, saved: float) -> None:
+        self.gain = saved if self.gain is None else (1 - EMA) * self.gain + EMA * saved
+
+    def worth_trying(self) -> bool:
+        """Draft in this generation: unless recent ones lost time (then one in RETRY, to learn again)."""
+        if self.gain is None or self.gain >= 0:
+            return True
+        self.skipped += 1
+        if self.skipped >= RETRY:
+            self.skipped = 0
+            return True
+        return False
 
 
 def feed(session, fed: Sequence[int], keep: int | None = None) -> tuple[list[int], int]:
@@ -60,10 +88,11 @@ class Drafter:
 
     And drafting turns itself off where it does not pay: each verify call's wall time is weighed against
     what its kept tokens would have cost one call each (the engine's running estimate of a one-token
-    call, `engine.decode_cost`), and once the calls of this generation cost more than they saved, it
-    decodes one token per call to the end. So an answer with nothing to copy loses at most its first
-    verify call, and a machine where a call of several tokens costs as much as as many calls (kvgraft's
-    batch-invariant build computes each row on its own) stops drafting at once."""
+    call, `DraftStats`); once the calls of this generation cost more than they saved it decodes one
+    token per call to the end, and while recent generations' drafts lost time only one generation in
+    RETRY drafts at all (engine/decoding.py asks `DraftStats.worth_trying` before it makes a Drafter).
+    So on requests with nothing to copy drafting costs a first short draft now and then, and where
+    answers copy their context it pays (scripts/prompt_lookup.py)."""
 
     def __init__(self, session, k: int, stops=()) -> None:
         self.session, self.k = session, k
@@ -72,13 +101,19 @@ class Drafter:
         self.is_eog, self.token_bytes = model.is_eog, model.token_bytes
         self.stop_starts = {s[0].encode("utf-8") for s in stops if s}
         self.length = min(k, FIRST)  # the next draft's length
-        self.drafted = self.accepted = 0
+        self.drafted = self.accepted = self.verified = 0
         self.saved = 0.0  # seconds the verify calls saved against one call per kept token (negative: lost)
+        self.stats: DraftStats = session.engine.draft_stats
+
+    def finish(self) -> None:
+        """Generation ended: what its verify calls saved goes into the engine's running average."""
+        if self.verified:
+            self.stats.note_generation(self.saved)
 
     def _draft(self, n: int) -> list[int]:
         if self.accepted + 1 < TRUST * (self.drafted + 1):  # mostly rejected: drafts cost more than they save
             return []
-        if self.saved < 0 or _one_token_cost(self.session.engine) is None:  # they lost time, or nothing to weigh
+        if self.saved < 0 or self.stats.decode_cost is None:  # lost time, or nothing to weigh it against yet
             return []
         draft = self.index.draft(n, min_n=MIN_N)
         for i, d in enumerate(draft):
@@ -98,24 +133,15 @@ class Drafter:
         t0 = time.perf_counter()
         if not draft:
             s.decode_one(tok)
-            _note_one_token(s.engine, time.perf_counter() - t0)
+            self.stats.note_call(time.perf_counter() - t0)
             return [], 1
         argmax, kept = feed(s, [tok, *draft])
-        self.saved += kept * _one_token_cost(s.engine) - (time.perf_counter() - t0)
+        self.saved += kept * self.stats.decode_cost - (time.perf_counter() - t0)
+        self.verified += 1
         self.index.extend(draft[: kept - 1])
         self.drafted, self.accepted = self.drafted + len(draft), self.accepted + kept - 1
         self.length = min(self.k, 2 * len(draft)) if kept - 1 == len(draft) else max(1, kept - 1)
         return argmax[:kept], {"fed": [tok, *draft], "kept": kept}
-
-
-def _one_token_cost(engine) -> float | None:
-    """The engine's running estimate of a one-token decode call's wall time (None before the first)."""
-    return engine.decode_cost
-
-
-def _note_one_token(engine, seconds: float) -> None:
-    old = _one_token_cost(engine)
-    engine.decode_cost = seconds if old is None else (1 - EMA) * old + EMA * seconds
 
 
 def replay_calls(session, calls: Sequence, tokens: Sequence[int]) -> None:

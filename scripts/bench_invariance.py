@@ -2,6 +2,8 @@
 
     .venv/bin/python scripts/bench_invariance.py                  # both models, 3 rounds (~6 min on 2 cores)
     .venv/bin/python scripts/bench_invariance.py --models 270m --rounds 1
+    .venv/bin/python scripts/bench_invariance.py --models 270m --prompt 1700 --turn 19 --reply 1
+                                                  # a warm server turn: what part of its time is the build's
 
 Builds compared, each in its own process (llama.cpp reads its switches once per process):
   default      llama-cpp-python 0.3.36 unpatched, as PyPI builds it (`python packaging/llama_build.py
@@ -45,7 +47,7 @@ def build_env(build: str, default_lib: Path) -> dict:
     return env
 
 
-def measure(model: str, threads: int) -> dict:
+def measure(model: str, threads: int, prompt: int = PROMPT, turn: int = TURN, reply: int = REPLY) -> dict:
     """One process: seconds for the prompt, the reply after it, the warm turn and the reply after it."""
     from kvgraft.app.core.model_registry import known
     from kvgraft.app.core.model_store import embedded_model_path, model_sha256
@@ -55,30 +57,31 @@ def measure(model: str, threads: int) -> dict:
     from kvgraft.engine.engine import Engine
 
     path = embedded_model_path() if model == "270m" else model_dir() / known(model).file_name
-    cfg = EngineConfig(model_path=path, n_ctx=1024, n_threads=threads, lookup=0)
+    n_ctx = max(1024, -(-(prompt + turn + reply) // 256) * 256)
+    cfg = EngineConfig(model_path=path, n_ctx=n_ctx, n_threads=threads, lookup=0)
     engine = Engine.load(cfg, model_sha256(path))
     try:
-        toks = prefix_tokens(engine.model, PROMPT + TURN, seed=3)
+        toks = prefix_tokens(engine.model, prompt + turn, seed=3)
         with engine.session() as s:
             s.prefill(toks[:8])  # warm the kernels and buffers outside the clock
         with engine.session() as s:
             t0 = time.perf_counter()
-            s.prefill(toks[:PROMPT])
+            s.prefill(toks[:prompt])
             t1 = time.perf_counter()
-            s.generate(REPLY, stop_at_eog=False)
+            s.generate(reply, stop_at_eog=False)
             t2 = time.perf_counter()
-            s.trim(PROMPT)
+            s.trim(prompt)
             t3 = time.perf_counter()
-            s.prefill(toks[PROMPT:])
+            s.prefill(toks[prompt:])
             t4 = time.perf_counter()
-            s.generate(REPLY, stop_at_eog=False)
+            s.generate(reply, stop_at_eog=False)
             t5 = time.perf_counter()
         return {"prefill": t1 - t0, "reply": t2 - t1, "turn": t4 - t3, "turn_reply": t5 - t4}
     finally:
         engine.close()
 
 
-def table(results: dict) -> str:
+def table(results: dict, prompt: int = PROMPT, reply: int = REPLY) -> str:
     lines = [
         "| model | build | prefill tok/s | decode tok/s | cold prompt + reply (s) | warm turn + reply (s) "
         "| vs default |",
@@ -97,7 +100,7 @@ def table(results: dict) -> str:
                 base = (cold, warm)
             ratio = f"cold {base[0] / cold:.2f}x, warm {base[1] / warm:.2f}x"
             lines.append(
-                f"| {model} | {build} | {PROMPT / med['prefill']:.0f} | {REPLY / med['reply']:.1f} | "
+                f"| {model} | {build} | {prompt / med['prefill']:.0f} | {reply / med['reply']:.1f} | "
                 f"{cold:.2f} | {warm:.2f} | {ratio} |"
             )
     return "\n".join(lines)
@@ -110,10 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--default-lib", type=Path, default=REPO / "build/llama-default/lib")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--prompt", type=int, default=PROMPT, help="tokens of the cold prompt (one prefill)")
+    ap.add_argument("--turn", type=int, default=TURN, help="new tokens of the warm turn, after the prompt")
+    ap.add_argument("--reply", type=int, default=REPLY, help="tokens decoded after each")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    sizes = ["--prompt", str(args.prompt), "--turn", str(args.turn), "--reply", str(args.reply)]
     if args.child:
-        print(json.dumps(measure(args.child, args.threads)))
+        print(json.dumps(measure(args.child, args.threads, args.prompt, args.turn, args.reply)))
         return 0
     builds = BUILDS if (args.default_lib / "libllama.so").is_file() else BUILDS[1:]
     if "default" not in builds:
@@ -122,15 +129,18 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.rounds):
         for model in args.models:
             for build in builds:
-                cmd = [sys.executable, __file__, "--child", model, "--threads", str(args.threads)]
+                cmd = [sys.executable, __file__, "--child", model, "--threads", str(args.threads), *sizes]
                 out = subprocess.run(cmd, env=build_env(build, args.default_lib), capture_output=True, text=True)
                 if out.returncode != 0:
                     print(f"{model} {build}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
                     return 1
                 results[model].setdefault(build, []).append(json.loads(out.stdout.strip().splitlines()[-1]))
                 print(f"round {r + 1}/{args.rounds} {model} {build}: done", file=sys.stderr, flush=True)
-    print(f"{args.threads} threads, {args.rounds} rounds, medians; {os.uname().machine}")
-    print(table(results))
+    print(
+        f"{args.threads} threads, {args.rounds} rounds, medians; {os.uname().machine}; prompt {args.prompt}, "
+        f"turn {args.turn}, reply {args.reply} tokens"
+    )
+    print(table(results, args.prompt, args.reply))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

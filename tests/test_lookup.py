@@ -99,3 +99,20 @@ def test_a_schedule_records_verify_calls_and_refuses_malformed_ones():
     assert reply_calls_start(calls, 6) == 1 and reply_calls_start(calls, 2) == 3
     with pytest.raises(ChatError, match="do not end with"):
         reply_calls_start(calls, 3)  # 3 tokens would split a verify call
+
+
+def test_drafting_turns_itself_off_while_drafts_lose_time_and_tries_again_now_and_then():
+    from kvgraft.engine.lookup_decode import RETRY, DraftStats
+
+    stats = DraftStats()
+    assert stats.worth_trying()  # nothing known: try
+    stats.note_generation(0.010)
+    assert stats.worth_trying()
+    for _ in range(6):  # generations whose verify calls lost time pull the running gain below zero
+        stats.note_generation(-0.020)
+    assert stats.gain < 0
+    tries = [stats.worth_trying() for _ in range(3 * RETRY)]
+    assert sum(tries) == 3 and tries[RETRY - 1] and not any(tries[: RETRY - 1])
+    stats.note_call(0.016)
+    stats.note_call(0.026)
+    assert 0.016 < stats.decode_cost < 0.026

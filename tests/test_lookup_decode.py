@@ -19,6 +19,13 @@ CONTEXT = (
 )
 
 
+@pytest.fixture
+def engine(engine):
+    """The session's engine with draft statistics of its own (Engine.draft_stats): whether drafts paid in
+    earlier tests does not decide whether these draft."""
+    return engine.with_config(engine.config)
+
+
 def _state_sha(session) -> str:
     data, _ = session.canonical_state()
     return hashlib.sha256(data).hexdigest()

@@ -1,6 +1,8 @@
-"""The server's prefill schedule: aligned blocks, so that the cache never changes the bits.
+"""The server's fallback prefill schedule: aligned blocks, so that the cache never changes the bits.
 
-llama.cpp's bits depend on how the tokens are batched (FINDINGS.md), so a request's schedule must be a
+On a batch-invariant engine (kvgraft's build on a CPU: `Engine.batch_invariant`) the prompt cache needs
+no schedule (app/serve/prompt_cache.py). Where the probe finds the bits depend on how the tokens are
+batched (another build, a GPU backend, KVGRAFT_BATCH_INVARIANT=0), a request's schedule must be a
 function of its tokens alone, whatever is cached. A prompt of n tokens is decoded in calls of
 `block` tokens at positions [0, B), [B, 2B), ... up to A = the last multiple of B below n, then the
 rest but the last token [A, n-1), then the last token alone. Every state at a boundary of that
