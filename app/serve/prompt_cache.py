@@ -21,11 +21,13 @@ the last one's with the generation prompt; app/proof/chat_format.py), a completi
 document or a system prompt before its question); a completion without one, its last whole block of
 `block` tokens and, if shorter than one block, the whole prompt; and, where the request continues a
 conversation (its prompt holds the last prompt and its reply, or a chat request holds an assistant
-message), the state after the reply, which the next turn extends. Each only past what was reused and
-where no stored state holds those tokens already (deduplicated by prefix). A state is captured when the
-context holds it (one copy) and stored when the engine thread is idle (`store_one`,
-app/serve/worker.py); automatic states are `proof: local` (computed here) and evicted least recently
-used past the budget.
+message), the state after the reply, which the next turn extends. A turn that goes on from the warm
+context's last reply stores nothing on the way: its reply's state will hold it. Each only past what was
+reused and where no stored state holds those tokens already (deduplicated by prefix). A state is
+captured when the context holds it (one copy) and stored when the engine thread is idle (`store_one`,
+app/serve/worker.py); the state after a reply is captured then too, or before the next request changes
+the context, and a next turn that goes on from it supersedes it. Automatic states are `proof: local`
+(computed here) and evicted least recently used past the budget.
 
 On an engine whose bits depend on the batching (the probe says so, or KVGRAFT_BATCH_INVARIANT=0),
 every request is decoded in its aligned schedule instead (app/serve/schedule.py, `prepare_aligned`),
@@ -216,8 +218,11 @@ class PromptCache:
             self.counters.misses += 1
         self._trusted = False  # until the prompt is in
         last_block = ((n - 1) // self.block) * self.block
-        # where the request names no boundary, its last whole block is the prefix others may share
+        # where the request names no boundary, its last whole block is the prefix others may share; a turn
+        # that goes on from the last reply captures nothing on the way (its own reply's state, after it, will)
         points = [*boundaries] if boundaries else [last_block, *([n] if n < self.block else [])]
+        if held > self._prompt_n:
+            points = []
         keep = sorted(self._new_points(points, start, n))
         if keep and keep[0] == start:  # the context holds it already: captured before going on
             self.queue_capture(prep, 0)
