@@ -25,7 +25,7 @@ from .entry_writes import PRESENT
 from .provenance import now
 from .records import GRAFTABLE, LOCAL, Entry
 from .staging import staged
-from .tokens import PREFIX_BLOCK, prefix_keys
+from .tokens import PREFIX_BLOCK, prefix_keys, shared_prefix
 
 CACHE = "cache"
 GRAIN = 16  # a state made without a schedule is also keyed at every GRAIN tokens (and its first GRAIN-1, its n-1)
@@ -75,8 +75,7 @@ class PromptCacheRecords:
         out = []
         for entry_id, _ in rows:
             entry = self.get(entry_id)
-            have = entry.tokens
-            shared = next((i for i, (a, b) in enumerate(zip(have, want, strict=False)) if a != b), min(len(have), n))
+            shared = shared_prefix(entry.tokens, want)
             if entry.kind == CACHE and shared > 0:
                 out.append((entry, shared))
         out.sort(key=lambda c: (-c[1], c[0].n_tokens))

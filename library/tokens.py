@@ -24,6 +24,16 @@ def tokens_sha256(tokens: Sequence[int]) -> str:
     return hashlib.sha256(pack_tokens(tokens)).hexdigest()
 
 
+def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def prefix_keys(tokens: Sequence[int], lengths: Sequence[int]) -> dict[int, bytes]:
     """Keys (truncated SHA-256 of tokens[:L]) for each L in `lengths`, hashing incrementally."""
     raw = pack_tokens(tokens)

@@ -11,15 +11,7 @@ each against a cold run in its own schedule.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-from kvgraft.engine.switches import SWITCH, VARIABLES
-
-REPO = Path(__file__).resolve().parent.parent
+from tests.fallback_process import run_without_invariance
 
 FALLBACK = """
 import json, sys, tempfile
@@ -75,19 +67,7 @@ print(json.dumps(out))
 
 
 def test_with_invariance_switched_off_every_exact_path_keeps_its_schedules(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}  # llama.cpp's own switches
-    env[SWITCH] = "0"
-    run = subprocess.run(
-        [sys.executable, "-c", FALLBACK, str(tmp_path / "home")],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    out = json.loads(run.stdout.strip().splitlines()[-1])
-    assert out["invariant"] is False
+    out = run_without_invariance(FALLBACK, str(tmp_path / "home"))
     # the server: aligned blocks, reused only at a boundary of the request's schedule, the cold bits each time
     source, equal, stored = out["cold"]
     assert source == "cold" and equal and stored and all(p % 64 == 0 or p == max(stored) for p in stored)

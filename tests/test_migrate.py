@@ -11,10 +11,6 @@ replay in each entry's recorded schedule reproduces the new state and the thread
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -24,9 +20,8 @@ from kvgraft.app.cli import cli
 from kvgraft.app.maintain.migrate import migrate, pending, pending_count
 from kvgraft.app.service import LibraryService, open_library
 from kvgraft.app.verify.batch import verify_targets
-from kvgraft.engine.switches import SWITCH, VARIABLES
+from tests.fallback_process import run_without_invariance
 
-REPO = Path(__file__).resolve().parent.parent
 NOTES = "Harbor survey notes. " + " ".join(f"Pier {i} holds {i * 7 % 13} boats." for i in range(30))
 
 OLD_BUILD = """
@@ -53,19 +48,7 @@ with open_library(sys.argv[1]) as lib, LibraryService(eng, lib) as service:
 def old_library(tmp_path, engine):
     """A library made by the fallback build, relabelled as kvgraft's previous version would have stored it."""
     home = tmp_path / "home"
-    env = {k: v for k, v in os.environ.items() if k not in VARIABLES}  # llama.cpp's own switches
-    env[SWITCH] = "0"
-    out = subprocess.run(
-        [sys.executable, "-c", OLD_BUILD, str(home), NOTES],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    made = json.loads(out.stdout.strip().splitlines()[-1])
-    assert made["invariant"] is False
+    made = run_without_invariance(OLD_BUILD, str(home), NOTES)
     me = engine.with_config(engine.config.replace(n_ctx=2048))
     with open_library(home) as lib, lib.write() as db:  # what an earlier kvgraft recorded for its engine
         info = {**lib.engine_info(made["fingerprint"])["info"], "fingerprint_version": 2}

@@ -52,6 +52,7 @@ from kvgraft.engine.compaction import dead_cells
 from kvgraft.engine.errors import DecodeError
 from kvgraft.engine.session import Session, snapshot_of
 from kvgraft.library.records import Entry
+from kvgraft.library.tokens import shared_prefix
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +95,6 @@ class CacheCounters:
     evicted: int = 0
     graft_s: float = 0.0
     prefill_s: float = 0.0
-
-
-def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens `a` and `b` share."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class PromptCache:

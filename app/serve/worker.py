@@ -127,8 +127,9 @@ class EngineWorker(JobQueue):
         while True:
             try:
                 job = self._q.get(timeout=IDLE_S) if cache.pending else self._q.get()
-            except queue.Empty:
-                self._store_one()
+            except queue.Empty:  # idle: store what waits while no request comes
+                while cache.pending and self._q.empty():
+                    self._store_one()
                 continue
             if job is _STOP:
                 break
