@@ -5,9 +5,9 @@ refused at once (`QueueFull`: a 429). The thread prepares the prompt through the
 through the one decode loop, and sends what happens back through `job.emit` (called on this thread;
 the HTTP side makes it thread-safe). A job whose client went away (`job.cancel`) stops at the next
 call or token and frees the engine. The thread stores the states the cache captured while idle (no
-request for IDLE_S), and one per request while half of MAX_PENDING wait or after a long prefill (where a
-store is a small share of the request's time), so a client that sends its next request at once does not
-wait for a store and a steady stream of requests does not starve them.
+request for IDLE_S), one per request while half of MAX_PENDING wait, and after a long prefill one per
+LONG_PREFILL tokens it prefilled (a small share of the request's time), so a client that sends its next
+request at once does not wait for a store and a steady stream of requests does not starve them.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 _STOP = object()
 IDLE_S = 0.3  # no request for this long: the engine thread stores a captured state
-LONG_PREFILL = 256  # after a request that prefilled this many tokens a store (~0.1 s) is a small share: at once
+LONG_PREFILL = 256  # a store (~0.1 s) per this many tokens a request prefilled is a small share of it: at once
 
 
 class QueueFull(Exception):
@@ -140,10 +140,11 @@ class EngineWorker(JobQueue):
                 self.busy = False
             # the response is out: a client that sends its next request at once must not wait for a store,
             # so the captured states are stored once no request came for IDLE_S (above), or one per request
-            # while half the queue of captures waits (a steady stream of requests must not starve them) or
-            # after a long prefill
-            if cache.pending >= MAX_PENDING // 2 or (cache.pending and cache.last_prefilled >= LONG_PREFILL):
-                self._store_one()
+            # while half the queue of captures waits (a steady stream of requests must not starve them), and
+            # after a long prefill one per LONG_PREFILL tokens it took
+            for _ in range(max(int(cache.pending >= MAX_PENDING // 2), cache.last_prefilled // LONG_PREFILL)):
+                if not self._store_one():
+                    break
         stored = cache.flush() if getattr(self, "_store_on_stop", True) else 0
         dropped = cache.pending
         self.stopped_with = {"stored": stored, "dropped": dropped}
