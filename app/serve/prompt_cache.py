@@ -109,9 +109,9 @@ class PromptCache:
         self.budget_bytes = budget_bytes
         self.counters = CacheCounters()
         self._session: Session | None = None
-        # the warm context's tokens a later prompt may reuse: all of them on an invariant engine (None),
-        # else the reuse points of the prompt it was last given (app/serve/schedule.py)
-        self.held_points: list[int] | None = [] if not self.invariant else None
+        # the aligned path's reuse points of the prompt the warm context was last given (app/serve/schedule.py);
+        # the invariant path may reuse every token it holds once `_trusted`
+        self.held_points: list[int] = []
         self._trusted = False  # the warm context holds a whole prompt (and maybe its reply), nothing half-done
         self._pending: deque[tuple[int, bytearray, tuple[int, ...], int]] = deque()
         self._prompt_n = 0  # the last prompt's length and the longest stored state it extends
@@ -127,7 +127,7 @@ class PromptCache:
         if self._session is None or self._session.closed:
             self._session = self.engine.session()
             self._trusted = False
-            self.held_points = [] if not self.invariant else None
+            self.held_points = []
         return self._session
 
     def warm_up(self) -> None:
@@ -235,7 +235,7 @@ class PromptCache:
         """The points worth a stored state: past what was reused and what the library holds."""
         if self.budget_bytes <= 0:
             return set()
-        return {p for p in points if max(start, self._stored, 0) <= p <= n and p > self._stored and p > 0}
+        return {p for p in points if max(start, self._stored + 1, 1) <= p <= n}
 
     def usable(self, entry: Entry, shared: int, n: int) -> int:
         """How many of a stored state's tokens a prompt of `n` tokens sharing `shared` of them can use
@@ -368,4 +368,4 @@ class PromptCache:
         self._session = None
         self._deferred = 0
         self._trusted = False
-        self.held_points = [] if not self.invariant else None
+        self.held_points = []
