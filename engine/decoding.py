@@ -14,6 +14,14 @@ already decoded. Every choice still passes the same stop checks and `on_token` o
 generation ends with guessed tokens decoded that plain decoding would not have decoded, they are
 trimmed, so the context holds exactly the tokens it would hold after plain decoding (`Generation.calls`
 says in which calls they were decoded: the schedule a replay repeats).
+
+With a `constraint` (engine/constraint.py), each choice is made from a masked copy of the logits: only
+the tokens the grammar allows, end of generation only where it accepts; generation ends ("grammar") once
+the grammar can take nothing more. Lookup decoding is off under a constraint (a verify call's choices
+are raw argmaxes the grammar never saw), and logprobs stay the model's own (raw) distribution.
+`Generation.constraint` records the grammar's SHA-256: the tokens a constrained answer leaves in the
+context are ordinary tokens (a replay of the state needs only them), but choosing them again needs the
+grammar.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ class Generation:
     # the calls that decoded the tokens this generation left in the context: 1 for a one-token decode,
     # {"fed": [ids], "kept": n} for a verify call (logits at every fed position, the first n kept)
     calls: list = field(default_factory=list)
+    constraint: str | None = None  # the SHA-256 of the grammar the choices were constrained by
 
     @property
     def decoded(self) -> int:
@@ -57,6 +66,7 @@ def generate(
     sampler: Sampler | None = None,
     top_logprobs: int | None = None,
     lookup: int = 0,
+    constraint=None,
 ) -> Generation:
     """Decode from `session`'s current logits (see the module doc). A `Cancelled` raised by `on_token`
     is not an error: generation stops and returns what was chosen so far (that token included, not
@@ -67,9 +77,9 @@ def generate(
     stops = tuple(s for s in stop if s)
     longest_stop = max((len(s) for s in stops), default=0)
     model = session.engine.model
-    gen = Generation()
+    gen = Generation(constraint=constraint.grammar.sha256 if constraint is not None else None)
     drafter = None
-    greedy_plain = lookup > 0 and sampler.params.greedy and top_logprobs is None and stop_at_eog
+    greedy_plain = lookup > 0 and sampler.params.greedy and top_logprobs is None and stop_at_eog and constraint is None
     if greedy_plain and session.engine.draft_stats.worth_trying():  # unless recent generations' drafts lost time
         drafter = Drafter(session, lookup, stops)
     ahead: list[int] = []  # choices a verify call already made: ahead[0] is the next one
@@ -88,13 +98,15 @@ def generate(
             n_ahead -= decoded
         else:
             logits = session.logits()
-            tok, decoded = sampler.choose(logits), False
+            tok, decoded = sampler.choose(logits if constraint is None else constraint.allowed(logits)), False
         if gen.first_token_at is None:
             gen.first_token_at = time.perf_counter()
         if stop_at_eog and model.is_eog(tok):  # drafts hold none: never a decoded-ahead one
             gen.stop_reason = "eog"
             break
         gen.tokens.append(tok)
+        if constraint is not None:
+            constraint.advance(tok)
         if top_logprobs is not None:
             gen.logprobs.append(token_logprob(logits, tok, top_logprobs))
         piece = model.token_bytes(tok)
@@ -119,6 +131,9 @@ def generate(
                 break
         if decoded:
             continue
+        if constraint is not None and constraint.done:
+            gen.stop_reason = "grammar"
+            break
         if session.n_past >= session.n_ctx:
             gen.stop_reason = "context_full"
             break

@@ -243,16 +243,18 @@ class Session:
         sampler: Sampler | None = None,
         top_logprobs: int | None = None,
         lookup: int | None = None,
+        constraint=None,
     ) -> Generation:
         """Decode from the current logits through the one decode loop (engine/decoding.py): greedy
         (argmax, lowest id on ties) unless a `sampler` says otherwise. Stops at `max_tokens`, an
         end-of-generation token (unless `stop_at_eog` is False), the first occurrence of any string in
         `stop` (the text returned is cut before it), `on_token` raising `Cancelled` (stop_reason
         "callback"), or a full context. `lookup`: tokens drafted per verify call in greedy decoding
-        (engine/lookup_decode.py), the engine's setting when None, 0 for one token per call."""
+        (engine/lookup_decode.py), the engine's setting when None, 0 for one token per call. `constraint`:
+        a grammar's walk (engine/constraint.py) that masks every choice."""
         self._check()
         k = self.engine.config.lookup if lookup is None else lookup
-        return decoding.generate(self, max_tokens, stop, on_token, stop_at_eog, sampler, top_logprobs, k)
+        return decoding.generate(self, max_tokens, stop, on_token, stop_at_eog, sampler, top_logprobs, k, constraint)
 
     def decode_one(self, token: int) -> None:
         """Decode one chosen token after what the context holds (the decode loop's step)."""

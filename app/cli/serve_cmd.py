@@ -42,14 +42,23 @@ from kvgraft.app.serve.run import ServeError, ServeOptions, parse_size, serve
     show_default=True,
     help="Seconds a request may run (prompt and reply).",
 )
+@click.option(
+    "--cors-origin",
+    "cors_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="Let a browser page from ORIGIN (e.g. http://localhost:3000, or *) call the API; repeatable "
+    "[default: none, CORS off].",
+)
 @engine_options
 @handle_errors
-def serve_cmd(host, port, api_key, cache_budget, queue_size, time_limit, state) -> None:
-    """Serve the OpenAI API (/v1/chat/completions, /v1/completions, /v1/models, /health, /metrics)
-    with a prompt cache that survives restarts: a request reuses the longest prefix the warm context or
-    the library holds (after a restart too) and gets the same logits as a cold run; states are stored
-    at message boundaries, the last 64-token block and after a conversation's reply (docs/server.md).
-    On an engine whose bits depend on the batching, prompts are decoded in aligned blocks instead."""
+def serve_cmd(host, port, api_key, cache_budget, queue_size, time_limit, cors_origins, state) -> None:
+    """Serve the OpenAI API (/v1/chat/completions with tools and response_format, /v1/completions,
+    /v1/models, /health, /metrics) with a prompt cache that survives restarts: a request reuses the
+    longest prefix the warm context or the library holds (after a restart too) and gets the same logits
+    as a cold run; states are stored at message boundaries, the last 64-token block and after a
+    conversation's reply (docs/server.md). On an engine whose bits depend on the batching, prompts are
+    decoded in aligned blocks instead."""
     try:
         opts = ServeOptions(
             host=host,
@@ -58,6 +67,7 @@ def serve_cmd(host, port, api_key, cache_budget, queue_size, time_limit, state) 
             budget_bytes=None if cache_budget is None else parse_size(cache_budget),
             queue_size=queue_size,
             time_limit_s=time_limit,
+            cors_origins=tuple(cors_origins),
         )
         level = "info" if logging.getLogger().level <= logging.INFO else "warning"
         serve(state.settings, cli_home(), opts, lambda m: click.echo(m, err=True), level)

@@ -21,6 +21,7 @@ end-of-generation token. A thread records its format's name
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 
 from jinja2 import TemplateError
@@ -48,6 +49,11 @@ def _raise(message: str):
     raise TemplateError(message)
 
 
+def _tojson(value, indent=None, ensure_ascii=False, separators=None, sort_keys=False) -> str:
+    """`tojson` as Hugging Face's templates expect it (plain json.dumps; Jinja2's own escapes < > &)."""
+    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, separators=separators, sort_keys=sort_keys)
+
+
 @dataclass(frozen=True)
 class ChatFormat:
     name: str
@@ -65,12 +71,14 @@ class ChatFormat:
         return PLAIN_STOPS if self.template is None else ()
 
     # -- rendering ----------------------------------------------------------------------------
-    def render(self, model, messages: list[dict], add_generation_prompt: bool) -> str:
+    def render(self, model, messages: list[dict], add_generation_prompt: bool, tools: list | None = None) -> str:
         env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         env.globals["raise_exception"] = _raise
+        env.filters["tojson"] = _tojson
         try:
             return env.from_string(self.template).render(
                 messages=messages,
+                tools=tools,
                 add_generation_prompt=add_generation_prompt,
                 bos_token=model.token_text(model.bos),
                 eos_token=model.token_text(model.eos),
@@ -127,15 +135,22 @@ class ChatFormat:
         messages first, then "User: ...\nAssistant:" turns with each reply after its "Assistant:")."""
         return self.conversation_with_boundaries(model, messages)[0]
 
-    def conversation_with_boundaries(self, model, messages: list[dict]) -> tuple[list[int], list[int]]:
+    def conversation_with_boundaries(
+        self, model, messages: list[dict], tools: list | None = None, prefill: str | None = None
+    ) -> tuple[list[int], list[int]]:
         """`conversation`, and where its messages before the last end: the token count of each such
         prefix of the rendering whose tokens are a prefix of the whole (where a token spans the end
-        of a message, that message has no boundary)."""
+        of a message, that message has no boundary). `tools`: the template's `tools` (OpenAI's tool
+        objects). `prefill`: the start of the reply, written after the generation prompt (continued)."""
+        if prefill is not None:
+            tokens, ends = self.conversation_with_boundaries(model, messages, tools)
+            lead = " " if self.template is None and prefill else ""
+            return tokens + model.tokenize(lead + prefill, add_bos=False), ends + [len(tokens)]
         if self.template is not None:
-            text = self.render(model, messages, True)
+            text = self.render(model, messages, True, tools)
             ends = []
             for k in range(1, len(messages)):
-                before = self.render(model, messages[:k], False)
+                before = self.render(model, messages[:k], False, tools)
                 if text.startswith(before):
                     ends.append(len(before))
             tokens = self._tokens(model, text, at_start=True)

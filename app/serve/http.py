@@ -17,23 +17,32 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kvgraft.app.proof.chat_format import ChatFormat, ChatFormatError, paragraph_boundary
 from kvgraft.app.serve import openai_api as api
+from kvgraft.app.serve import tools
 from kvgraft.app.serve.metrics import Metrics
 from kvgraft.app.serve.openai_api import ApiError, CompletionRequest
+from kvgraft.app.serve.streaming import engine_error as _engine_error
+from kvgraft.app.serve.streaming import stream_events
+from kvgraft.app.serve.streaming import timings as _timings
 from kvgraft.app.serve.worker import EngineWorker, Job, QueueFull
+from kvgraft.engine.constraint import Grammar, GrammarError, styled
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+KEEP_ALIVE_S = 5  # a stream sends ": keep-alive" this often while nothing else goes out (a long prefill)
 
 
 @dataclass
@@ -42,6 +51,7 @@ class ServerConfig:
     max_body_bytes: int = MAX_BODY_BYTES
     time_limit_s: float = 600.0
     retry_after_s: int = 2
+    cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (none: CORS off)
 
 
 def error_response(exc: ApiError) -> JSONResponse:
@@ -107,24 +117,35 @@ class Server:
         self._ready()
         return JSONResponse({"status": "ok"})
 
-    async def models(self, request: Request) -> Response:
-        self._authorize(request)
-        self._ready()
+    def _model_card(self) -> dict:
         info = self.worker.service.engine.model.info
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": self.model_id,
-                        "object": "model",
-                        "created": self.started,
-                        "owned_by": "kvgraft",
-                        "meta": {"sha256": info.sha256, "n_ctx": self.worker.service.engine.config.n_ctx},
-                    }
-                ],
-            }
-        )
+        return {
+            "id": self.model_id,
+            "object": "model",
+            "created": self.started,
+            "owned_by": "kvgraft",
+            "meta": {"sha256": info.sha256, "n_ctx": self.worker.service.engine.config.n_ctx},
+        }
+
+    async def models(self, request: Request) -> Response:
+        try:
+            self._authorize(request)
+            self._ready()
+        except ApiError as exc:
+            return error_response(exc)
+        return JSONResponse({"object": "list", "data": [self._model_card()]})
+
+    async def model(self, request: Request) -> Response:
+        try:
+            self._authorize(request)
+            self._ready()
+            name = request.path_params["model_id"]
+            if name != self.model_id:
+                message = f"no model {name[:80]!r}: this server runs {self.model_id!r}"
+                raise ApiError(404, message, param="model", code="model_not_found")
+        except ApiError as exc:
+            return error_response(exc)
+        return JSONResponse(self._model_card())
 
     async def metrics_text(self, request: Request) -> Response:
         self._authorize(request)
@@ -154,28 +175,40 @@ class Server:
                     code="queue_full",
                     headers={"Retry-After": str(self.config.retry_after_s)},
                 ) from None
+            if req.stream:  # the headers and the role chunk go out now, keep-alives while the prompt is read
+                self.metrics.request(endpoint, 200)
+                return EventSourceResponse(
+                    self._stream(req, job, events),
+                    ping=KEEP_ALIVE_S,
+                    ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
+                )
             first = await self._next(request, job, events)
             if first[0] == "error":
                 raise _engine_error(first)
         except ApiError as exc:
             self.metrics.request(endpoint, exc.status)
             return error_response(exc)
-        prep = first[1]
         self.metrics.request(endpoint, 200)
-        if req.stream:
-            return EventSourceResponse(self._stream(request, req, job, events, prep), ping=15)
-        return await self._whole(request, req, job, events, prep)
+        return await self._whole(request, req, job, events, first[1])
 
     async def _job(self, req: CompletionRequest) -> tuple[Job, asyncio.Queue]:
         model = self.worker.service.engine.model
-        stops, boundaries = req.stop, []
+        stops, boundaries, spec = req.stop, [], req.tools
         if req.chat:
             fmt = ChatFormat.for_model(model)
+            msgs = req.messages if req.prefill is None else req.messages[:-1]
+            if tools.template_supports_tools(fmt.template):
+                msgs, listed = tools.for_template(msgs), spec.template_tools()
+            else:
+                msgs, listed = tools.generic(msgs, spec), None
             try:  # off the event loop: a long prompt must not stall the other clients' streams
-                tokens, boundaries = await run_in_threadpool(fmt.conversation_with_boundaries, model, req.messages)
+                tokens, boundaries = await run_in_threadpool(
+                    fmt.conversation_with_boundaries, model, msgs, listed, req.prefill
+                )
             except ChatFormatError as exc:
                 raise api.bad("messages", str(exc)) from None
-            stops = tuple(dict.fromkeys(stops + fmt.stops))
+            if not spec.constrained:  # under a grammar, the grammar ends the answer
+                stops = tuple(dict.fromkeys(stops + fmt.stops))
         else:
             tokens = await run_in_threadpool(model.tokenize, req.prompt, True)
             boundaries = await run_in_threadpool(paragraph_boundary, model, req.prompt, tokens)
@@ -187,6 +220,7 @@ class Server:
                 param="messages" if req.chat else "prompt",
                 code="context_length_exceeded",
             )
+        grammar = await run_in_threadpool(_grammar, model, spec)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
@@ -200,7 +234,8 @@ class Server:
             stops=stops,
             sampling=req.sampling,
             top_logprobs=req.top_logprobs,
-            strip=req.chat,
+            strip=req.chat and req.prefill is None,
+            grammar=grammar,
             deadline=time.monotonic() + self.config.time_limit_s,
             # the ends of a chat's messages (the last one's too), or a completion's last blank line
             boundaries=(*boundaries, len(tokens)) if req.chat else tuple(boundaries),
@@ -229,9 +264,13 @@ class Server:
         model = self.worker.service.engine.model
         reason = api.finish_reason(done["stop_reason"])
         if req.chat:
+            parsed = tools.parse_answer(done["text"], req.tools)
+            message = {"role": "assistant", "content": parsed.content}
+            if parsed.calls:
+                message["tool_calls"], reason = parsed.calls, "tool_calls"
             choice = {
                 "index": 0,
-                "message": {"role": "assistant", "content": done["text"]},
+                "message": message,
                 "logprobs": api.chat_logprobs(model, done["logprobs"]) if req.top_logprobs is not None else None,
                 "finish_reason": reason,
             }
@@ -257,80 +296,26 @@ class Server:
         self.metrics.decoded(done["completion_tokens"])
         return JSONResponse(body)
 
-    async def _stream(self, request, req: CompletionRequest, job: Job, events, prep):
-        model = self.worker.service.engine.model
-        ident, made = api.new_id("chatcmpl" if req.chat else "cmpl"), api.created()
-        obj = "chat.completion.chunk" if req.chat else "text_completion"
+    def _stream(self, req: CompletionRequest, job: Job, events):
+        return stream_events(self, req, job, events)
 
-        def chunk(delta: str | None, lps, reason=None, role=False) -> str:
-            if req.chat:
-                d = {"role": "assistant", "content": ""} if role else ({"content": delta} if delta is not None else {})
-                lp = api.chat_logprobs(model, lps) if req.top_logprobs is not None and lps else None
-                choice = {"index": 0, "delta": d, "logprobs": lp, "finish_reason": reason}
-            else:
-                lp = api.completion_logprobs(model, lps) if req.top_logprobs is not None and lps else None
-                choice = {"index": 0, "text": delta or "", "logprobs": lp, "finish_reason": reason}
-            return json.dumps(
-                {"id": ident, "object": obj, "created": made, "model": self.model_id, "choices": [choice]}
-            )
 
+def _grammar(model, spec: tools.ToolSpec) -> Grammar | None:
+    """The grammar the answer is held to, compiled against the model's vocabulary (the first one builds
+    llguidance's view of it: about 2 s for 262K tokens); a schema that does not compile is a 400."""
+    if spec.json_schema is not None:
         try:
-            if req.chat:
-                yield {"data": chunk(None, [], role=True)}
-            while True:
-                ev = await events.get()
-                if ev[0] == "text":
-                    if ev[1] or ev[2]:
-                        yield {"data": chunk(ev[1], ev[2])}
-                elif ev[0] == "error":
-                    yield {"data": json.dumps(_engine_error(ev).body())}
-                    break
-                elif ev[0] == "done":
-                    done = ev[1]
-                    self.metrics.decoded(done["completion_tokens"])
-                    yield {"data": chunk(None, done["tail_logprobs"], api.finish_reason(done["stop_reason"]))}
-                    if req.include_usage:
-                        yield {
-                            "data": json.dumps(
-                                {
-                                    "id": ident,
-                                    "object": obj,
-                                    "created": made,
-                                    "model": self.model_id,
-                                    "choices": [],
-                                    "usage": api.usage(
-                                        prep.prompt_tokens, done["completion_tokens"], prep.cached_tokens
-                                    ),
-                                    "timings": _timings(prep, done),
-                                    "kvgraft": prep.as_dict(),
-                                }
-                            )
-                        }
-                    break
-            yield {"data": "[DONE]"}
-        finally:
-            job.cancel.set()  # a client gone mid-stream: the engine stops at the next token
-
-
-def _timings(prep, done: dict) -> dict:
-    return {
-        "prompt_n": prep.tokens_prefilled,
-        "cache_n": prep.cached_tokens,
-        "prompt_ms": prep.prefill_ms + prep.graft_ms,
-        "predicted_n": done["completion_tokens"],
-        "predicted_ms": done["decode_ms"],
-    }
-
-
-def _engine_error(ev: tuple) -> ApiError:
-    _, code, message = ev
-    if code == "context_length_exceeded":
-        return ApiError(400, message, code=code)
-    if code == "shutting_down":
-        return ApiError(503, message, "unavailable_error", code=code)
-    if code == "cancelled":
-        return ApiError(408, "the request ran past its time limit", code="timeout")
-    return ApiError(500, message, "server_error", code=code)
+            Grammar.json_schema(model, spec.json_schema)
+        except GrammarError as exc:
+            message = f"the response_format schema does not compile: {exc}"
+            raise api.bad("response_format", message, "invalid_schema") from None
+    lark = tools.grammar_lark(spec, styled)
+    if lark is None:
+        return None
+    try:
+        return Grammar.lark(model, lark)
+    except GrammarError as exc:
+        raise api.bad("tools", f"a tool's parameters do not compile: {exc}", "invalid_schema") from None
 
 
 def build_app(server: Server) -> Starlette:
@@ -352,12 +337,25 @@ def build_app(server: Server) -> Starlette:
     routes = [
         Route("/health", server.health),
         Route("/v1/models", server.models),
+        Route("/v1/models/{model_id:path}", server.model),
         Route("/v1/chat/completions", server.chat, methods=["POST"]),
         Route("/v1/completions", server.completions, methods=["POST"]),
         Route("/metrics", server.metrics_text),
     ]
+    middleware = []
+    if server.config.cors_origins:  # off unless asked for: a browser page on another origin may call the API
+        middleware.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(server.config.cors_origins),
+                allow_methods=["GET", "POST", "OPTIONS"],
+                allow_headers=["*"],
+                max_age=600,
+            )
+        )
     return Starlette(
         routes=routes,
+        middleware=middleware,
         exception_handlers={
             HTTPException: not_found,
             Exception: internal,

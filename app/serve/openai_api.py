@@ -2,41 +2,29 @@
 
 A request is parsed into a `CompletionRequest` or refused with an `ApiError` naming the field (a 400;
 the official `openai` client reads `{"error": {"message", "type", "param", "code"}}`). Unknown fields
-are ignored, as the other local servers do; `n` other than 1, tools and images are refused by name.
+are ignored, as the other local servers do; a known field this server does not apply (`n` other than 1,
+a penalty, `logit_bias`, images) is refused by name, never accepted and ignored. Tools and
+`response_format` are parsed by app/serve/tools.py. A chat whose last message is the assistant's is a
+reply to continue (a prefilled start): the answer is what follows it.
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
 
+from kvgraft.app.serve.api_errors import ApiError, bad
+from kvgraft.app.serve.tools import ToolSpec, parse_tools
 from kvgraft.engine.sampling import MAX_TOP_LOGPROBS, SamplingParams, TokenLogprob
 
-ROLES = ("system", "developer", "user", "assistant")
+__all__ = ["ApiError", "bad", "CompletionRequest", "parse_request"]
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+# known sampling fields this server does not apply: refused unless they ask for nothing
+REFUSED = {"frequency_penalty": 0, "presence_penalty": 0, "logit_bias": {}}
 MAX_STOPS = 4
-
-
-class ApiError(Exception):
-    def __init__(
-        self,
-        status: int,
-        message: str,
-        type_: str = "invalid_request_error",
-        param: str | None = None,
-        code: str | None = None,
-        headers: dict | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
-        self.headers = headers or {}
-
-    def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
-
-
-def bad(param: str | None, message: str, code: str = "invalid_value") -> ApiError:
-    return ApiError(400, message, param=param, code=code)
 
 
 @dataclass
@@ -52,6 +40,8 @@ class CompletionRequest:
     include_usage: bool = False
     top_logprobs: int | None = None  # None: no logprobs; 0..20 with them
     echo: bool = False
+    tools: ToolSpec = field(default_factory=ToolSpec)  # tools, tool_choice, response_format
+    prefill: str | None = None  # the start of the reply (a last assistant message) to continue
 
 
 def _int(body: dict, name: str, lo: int, hi: int | None = None) -> int | None:
@@ -75,7 +65,7 @@ def _number(body: dict, name: str, lo: float, hi: float, default: float) -> floa
 
 def _content(msg: dict, i: int) -> str:
     c = msg.get("content")
-    if c is None and msg.get("role") == "assistant":
+    if c is None and msg.get("role") in ("assistant", "tool"):
         return ""
     if isinstance(c, str):
         return c
@@ -100,9 +90,9 @@ def parse_request(body, chat: bool) -> CompletionRequest:
     n = body.get("n")
     if n is not None and n != 1:
         raise bad("n", "'n' other than 1 is not supported: one choice per request", "unsupported_parameter")
-    for unsupported in ("tools", "functions", "tool_choice", "function_call"):
-        if body.get(unsupported):
-            raise bad(unsupported, f"'{unsupported}' is not supported by this server", "unsupported_parameter")
+    for name, nothing in REFUSED.items():
+        if body.get(name) is not None and body.get(name) != nothing:
+            raise bad(name, f"'{name}' is not supported by this server (only {nothing!r})", "unsupported_parameter")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise bad("model", "'model' must be a string")
@@ -116,9 +106,18 @@ def parse_request(body, chat: bool) -> CompletionRequest:
                 role = m.get("role") if isinstance(m, dict) else None
                 raise bad(f"messages[{i}].role", f"messages[{i}].role must be one of {ROLES}, got {str(role)[:40]!r}")
             role = "system" if m["role"] == "developer" else m["role"]
-            req.messages.append({"role": role, "content": _content(m, i)})
-        if req.messages[-1]["role"] == "assistant":
-            raise bad("messages", "the last message must not be the assistant's: there is nothing to answer")
+            msg = {"role": role, "content": _content(m, i)}
+            if role == "assistant" and m.get("tool_calls"):
+                msg["tool_calls"] = _tool_calls(m["tool_calls"], i)
+            req.messages.append(msg)
+        req.tools = parse_tools(body)
+        last = req.messages[-1]
+        if last["role"] == "assistant":
+            if last.get("tool_calls"):
+                raise bad("messages", "the last message is the assistant's calls: send the tools' results after it")
+            if len(req.messages) == 1:
+                raise bad("messages", "there is nothing before the assistant's message to answer")
+            req.prefill = last["content"]
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -126,6 +125,9 @@ def parse_request(body, chat: bool) -> CompletionRequest:
         if not isinstance(prompt, str) or not prompt:
             raise bad("prompt", "'prompt' must be a non-empty string (one prompt per request)")
         req.prompt = prompt
+        req.tools = parse_tools(body)
+        if req.tools.tools:
+            raise bad("tools", "'tools' needs /v1/chat/completions", "unsupported_parameter")
         req.echo = bool(body.get("echo", False))
         if req.echo:
             raise bad("echo", "'echo' is not supported", "unsupported_parameter")
@@ -169,13 +171,34 @@ def parse_request(body, chat: bool) -> CompletionRequest:
     return req
 
 
+def _tool_calls(calls, i: int) -> list[dict]:
+    """An assistant message's earlier calls, their arguments parsed (a template renders them as JSON)."""
+    where = f"messages[{i}].tool_calls"
+    if not isinstance(calls, list):
+        raise bad(where, f"{where} must be a list")
+    out = []
+    for j, c in enumerate(calls):
+        f = c.get("function") if isinstance(c, dict) else None
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str):
+            raise bad(f"{where}[{j}]", f"{where}[{j}] must be {{id, type: function, function: {{name, arguments}}}}")
+        args = f.get("arguments") or "{}"
+        try:
+            parsed = json.loads(args) if isinstance(args, str) else args
+        except ValueError:
+            raise bad(f"{where}[{j}].function.arguments", f"{where}[{j}].function.arguments is not JSON") from None
+        if not isinstance(parsed, dict):
+            raise bad(f"{where}[{j}].function.arguments", f"{where}[{j}].function.arguments must be a JSON object")
+        out.append({"id": str(c.get("id") or f"call_{i}_{j}"), "name": f["name"], "arguments": parsed})
+    return out
+
+
 # -- responses -----------------------------------------------------------------------------------
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
 
 
 def finish_reason(stop_reason: str) -> str:
-    return "stop" if stop_reason == "eog" or stop_reason.startswith("stop:") else "length"
+    return "stop" if stop_reason in ("eog", "grammar") or stop_reason.startswith("stop:") else "length"
 
 
 def chat_logprobs(model, lps: list[TokenLogprob]) -> dict:

@@ -69,6 +69,7 @@ class ServeOptions:
     time_limit_s: float = 600.0
     max_body_bytes: int = 8 * 1024 * 1024
     block: int = BLOCK
+    cors_origins: tuple[str, ...] = ()
 
 
 def check_options(opts: ServeOptions) -> None:
@@ -97,7 +98,12 @@ def serve(settings: Settings, home: Path, opts: ServeOptions, say: Callable[[str
     worker.start()
     server = Server(
         worker,
-        ServerConfig(api_key=opts.api_key, max_body_bytes=opts.max_body_bytes, time_limit_s=opts.time_limit_s),
+        ServerConfig(
+            api_key=opts.api_key,
+            max_body_bytes=opts.max_body_bytes,
+            time_limit_s=opts.time_limit_s,
+            cors_origins=opts.cors_origins,
+        ),
     )
     config = uvicorn.Config(
         build_app(server),

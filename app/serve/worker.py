@@ -52,6 +52,7 @@ class Job:
     cancel: threading.Event = field(default_factory=threading.Event)
     boundaries: tuple[int, ...] = ()  # where the prompt's messages end (token counts): states worth storing
     continues: bool = False  # the prompt holds an earlier reply (a chat's assistant message)
+    grammar: object = None  # engine.constraint.Grammar the answer is held to (tools, response_format)
 
 
 class JobQueue:
@@ -217,8 +218,14 @@ def serve_job(cache: PromptCache, job: Job) -> None:
         # drafts come from the request's own tokens (the session holds its prompt), so a request decodes in the
         # same calls cold, warm or grafted; with logprobs asked for, one token per call (on_token reads the logits)
         lookup = 0 if job.top_logprobs is not None else None
+        constraint = job.grammar.matcher() if job.grammar is not None else None
         gen = session.generate(
-            max_tokens, stop=job.stops, on_token=on_token, sampler=Sampler(job.sampling), lookup=lookup
+            max_tokens,
+            stop=job.stops,
+            on_token=on_token,
+            sampler=Sampler(job.sampling),
+            lookup=lookup,
+            constraint=constraint,
         )
     except (EngineError, LibraryError) as exc:
         cache.close_session()

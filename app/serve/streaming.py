@@ -1,0 +1,102 @@
+"""A streamed answer as server-sent events, in the shapes the official `openai` client assembles.
+
+The headers and the role chunk go out at once; while the prompt is read, sse-starlette sends
+": keep-alive" comments (app/serve/http.py). Text arrives as the engine decodes it. Where the model
+may answer with tool calls, content is shown up to the start of a `<tool_call>` tag (or of what may
+be one) and the rest waits for the end: then the calls go out as `delta.tool_calls` chunks (one per
+call, whole) with finish_reason "tool_calls", or, where the answer holds no call that parses, the rest
+of it as content.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kvgraft.app.serve import openai_api as api
+from kvgraft.app.serve import tools
+from kvgraft.app.serve.api_errors import ApiError
+
+
+def timings(prep, done: dict) -> dict:
+    return {
+        "prompt_n": prep.tokens_prefilled,
+        "cache_n": prep.cached_tokens,
+        "prompt_ms": prep.prefill_ms + prep.graft_ms,
+        "predicted_n": done["completion_tokens"],
+        "predicted_ms": done["decode_ms"],
+    }
+
+
+def engine_error(ev: tuple) -> ApiError:
+    _, code, message = ev
+    if code == "context_length_exceeded":
+        return ApiError(400, message, code=code)
+    if code == "shutting_down":
+        return ApiError(503, message, "unavailable_error", code=code)
+    if code == "cancelled":
+        return ApiError(408, "the request ran past its time limit", code="timeout")
+    return ApiError(500, message, "server_error", code=code)
+
+
+async def stream_events(server, req, job, events):
+    """The events of one streamed request (`server`: app/serve/http.py's Server)."""
+    model = server.worker.service.engine.model
+    ident, made = api.new_id("chatcmpl" if req.chat else "cmpl"), api.created()
+    obj = "chat.completion.chunk" if req.chat else "text_completion"
+    head = {"id": ident, "object": obj, "created": made, "model": server.model_id}
+
+    def chunk(delta, lps, reason=None) -> dict:
+        if req.chat:
+            d = {"content": delta} if isinstance(delta, str) else (delta or {})
+            lp = api.chat_logprobs(model, lps) if req.top_logprobs is not None and lps else None
+            choice = {"index": 0, "delta": d, "logprobs": lp, "finish_reason": reason}
+        else:
+            lp = api.completion_logprobs(model, lps) if req.top_logprobs is not None and lps else None
+            choice = {"index": 0, "text": delta or "", "logprobs": lp, "finish_reason": reason}
+        return {"data": json.dumps({**head, "choices": [choice]})}
+
+    hold = req.chat and req.tools.active  # the answer may be calls: content stops at a call's tag
+    text, shown, waiting = "", "", []
+    prep = None
+    try:
+        if req.chat:
+            yield chunk({"role": "assistant", "content": ""}, [])
+        while True:
+            ev = await events.get()
+            if ev[0] == "prepared":
+                prep = ev[1]
+            elif ev[0] == "text":
+                if not hold:
+                    if ev[1] or ev[2]:
+                        yield chunk(ev[1], ev[2])
+                    continue
+                text, waiting = text + ev[1], waiting + ev[2]
+                cut = tools.held_back(text)
+                if cut > len(shown):
+                    yield chunk(text[len(shown) : cut], waiting)
+                    shown, waiting = text[:cut], []
+            elif ev[0] == "error":
+                yield {"data": json.dumps(engine_error(ev).body())}
+                break
+            elif ev[0] == "done":
+                done = ev[1]
+                server.metrics.decoded(done["completion_tokens"])
+                reason = api.finish_reason(done["stop_reason"])
+                tail = waiting + done["tail_logprobs"]
+                if hold:
+                    parsed = tools.parse_answer(done["text"], req.tools)
+                    if parsed.calls:
+                        for i, call in enumerate(parsed.calls):
+                            yield chunk({"tool_calls": [{"index": i, **call}]}, [])
+                        reason = "tool_calls"
+                    elif len(done["text"]) > len(shown):
+                        yield chunk(done["text"][len(shown) :], [])
+                yield chunk(None, tail, reason)
+                if req.include_usage and prep is not None:
+                    usage = api.usage(prep.prompt_tokens, done["completion_tokens"], prep.cached_tokens)
+                    last = {**head, "choices": [], "usage": usage, "timings": timings(prep, done)}
+                    yield {"data": json.dumps({**last, "kvgraft": prep.as_dict()})}
+                break
+        yield {"data": "[DONE]"}
+    finally:
+        job.cancel.set()  # a client gone mid-stream: the engine stops at the next token

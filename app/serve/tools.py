@@ -1,0 +1,291 @@
+"""Tool calls and structured output for `/v1/chat/completions`: the request fields, the prompt, the
+grammar that constrains the answer, and the answer parsed back into `tool_calls`.
+
+The format of a call is Hermes's, the one Qwen2.5's template teaches:
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>
+
+A model whose chat template has a tools section with `<tool_call>` tags (Qwen2.5) gets the tools and
+the history's calls and results rendered by its own template. Any other model (the 270M's plain format,
+a template without tools) gets `GENERIC`: the tools are described in the system message, an earlier
+call is written in the assistant's reply as the tags above, and a tool's result comes back as a user
+message `<tool_response>...</tool_response>`.
+
+`tool_choice` "required" constrains the answer to one call (with `parallel_tool_calls`, the default,
+one or more) of a declared function, a named function to one call of it, the arguments valid against
+the function's schema. (A small model given "required" with parallel calls may repeat a call until
+max_tokens: the grammar cannot know when it has enough.) "auto" lets the model choose; an answer that does not parse as calls comes back as
+text. "none" renders no tools. `response_format` json_object / json_schema constrains a text answer
+to JSON (with "auto" and tools: a call or the JSON).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass, field
+
+from kvgraft.app.serve.api_errors import bad
+
+NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+OPEN, CLOSE = "<tool_call>", "</tool_call>"
+CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+GENERIC = (
+    "You can call functions. Each function, as a JSON schema:\n{tools}\n\n"
+    "To call a function, reply with its name and arguments within <tool_call></tool_call> tags:\n"
+    '<tool_call>\n{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
+)
+EMPTY_PARAMS = {"type": "object", "properties": {}}
+
+
+@dataclass
+class ToolSpec:
+    """What a request asks of tools and structured output, checked."""
+
+    tools: list[dict] = field(default_factory=list)  # {"name", "description", "parameters"}
+    choice: str = "auto"  # "auto", "none", "required", or a function's name (then `named`)
+    named: bool = False
+    parallel: bool = True
+    json_schema: dict | None = None  # response_format: {} for json_object, the schema for json_schema
+    schema_param: str = "response_format"
+
+    @property
+    def active(self) -> bool:
+        """The model sees the tools and may answer with calls."""
+        return bool(self.tools) and self.choice != "none"
+
+    @property
+    def forced(self) -> bool:
+        return self.active and self.choice != "auto"
+
+    @property
+    def constrained(self) -> bool:
+        return self.forced or self.json_schema is not None
+
+    def template_tools(self) -> list[dict] | None:
+        if not self.active:
+            return None
+        return [{"type": "function", "function": t} for t in self.tools]
+
+
+# -- request fields ------------------------------------------------------------------------------
+def parse_tools(body: dict) -> ToolSpec:
+    for legacy in ("functions", "function_call"):
+        if body.get(legacy) is not None:
+            message = f"'{legacy}' is the deprecated form: send 'tools' and 'tool_choice'"
+            raise bad(legacy, message, "unsupported_parameter")
+    spec = ToolSpec()
+    tools = body.get("tools")
+    seen: set[str] = set()
+    if tools is not None:
+        if not isinstance(tools, list):
+            raise bad("tools", "'tools' must be a list of {type: function, function: {...}} objects")
+        for i, t in enumerate(tools):
+            spec.tools.append(_tool(t, i))
+            if spec.tools[-1]["name"] in seen:
+                raise bad(f"tools[{i}].function.name", f"two tools are named {spec.tools[-1]['name']!r}")
+            seen.add(spec.tools[-1]["name"])
+    choice = body.get("tool_choice")
+    if choice is None:
+        spec.choice = "auto"
+    elif choice in ("auto", "none", "required"):
+        spec.choice = choice
+    elif isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        if name not in seen:
+            raise bad("tool_choice", f"tool_choice names {str(name)[:64]!r}, which is not one of the tools")
+        spec.choice, spec.named = name, True
+    else:
+        raise bad("tool_choice", "'tool_choice' must be 'auto', 'none', 'required' or a named function")
+    if spec.choice == "required" and not spec.tools:
+        raise bad("tool_choice", "tool_choice 'required' needs 'tools'")
+    parallel = body.get("parallel_tool_calls", True)
+    if not isinstance(parallel, bool):
+        raise bad("parallel_tool_calls", "'parallel_tool_calls' must be true or false")
+    spec.parallel = parallel
+    spec.json_schema = _response_format(body.get("response_format"))
+    return spec
+
+
+def _tool(t, i: int) -> dict:
+    where = f"tools[{i}]"
+    if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(t.get("function"), dict):
+        raise bad(where, f"{where} must be {{type: function, function: {{name, description, parameters}}}}")
+    f = t["function"]
+    name = f.get("name")
+    if not isinstance(name, str) or not NAME.match(name):
+        raise bad(f"{where}.function.name", f"{where}.function.name must be 1-64 letters, digits, _ . or -")
+    desc = f.get("description", "")
+    if not isinstance(desc, str):
+        raise bad(f"{where}.function.description", f"{where}.function.description must be a string")
+    params = f.get("parameters")
+    if params is None:
+        params = EMPTY_PARAMS
+    if not isinstance(params, dict):
+        raise bad(f"{where}.function.parameters", f"{where}.function.parameters must be a JSON schema object")
+    out = {"name": name, "parameters": params}
+    if desc:
+        out["description"] = desc
+    return out
+
+
+def _response_format(rf) -> dict | None:
+    if rf is None:
+        return None
+    kind = rf.get("type") if isinstance(rf, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "object"}
+    if kind == "json_schema":
+        js = rf.get("json_schema")
+        schema = js.get("schema") if isinstance(js, dict) else None
+        if schema is None and isinstance(js, dict):
+            schema = {}  # a json_schema with no schema: any JSON value
+        if not isinstance(schema, dict):
+            raise bad("response_format.json_schema.schema", "response_format.json_schema.schema must be an object")
+        return schema
+    raise bad(
+        "response_format",
+        "'response_format' must be {type: text}, {type: json_object} or {type: json_schema, json_schema: {schema}}",
+    )
+
+
+# -- the grammar ---------------------------------------------------------------------------------
+def grammar_lark(spec: ToolSpec, styled) -> str | None:
+    """The Lark grammar (llguidance's dialect) the answer must match; None: unconstrained. `styled`
+    puts kvgraft's JSON style into a schema (engine/constraint.py)."""
+    answer = None
+    if spec.json_schema is not None:
+        answer = "%json " + json.dumps(styled(spec.json_schema))
+    if not spec.active or (spec.choice == "auto" and answer is None):
+        return f"start: {answer}" if answer else None
+    tools = [t for t in spec.tools if not spec.named or t["name"] == spec.choice]
+    call = {
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {"name": {"const": t["name"]}, "arguments": t["parameters"]},
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+            for t in tools
+        ]
+    }
+    calls = 'call ("\\n" call)*' if spec.parallel and not spec.named else "call"
+    start = calls if spec.forced else f"calls | {answer}"
+    return "\n".join(
+        [
+            f"start: {start}",
+            *([f"calls: {calls}"] if not spec.forced else []),
+            f'call: "{OPEN}\\n" body "\\n{CLOSE}"',
+            "body: %json " + json.dumps(styled(call)),
+        ]
+    )
+
+
+# -- the prompt ----------------------------------------------------------------------------------
+def template_supports_tools(template: str | None) -> bool:
+    return bool(template) and "tools" in template and OPEN in template
+
+
+def for_template(messages: list[dict]) -> list[dict]:
+    """Messages as a Hermes-style template reads them: a call's arguments as an object."""
+    out = []
+    for m in messages:
+        if m.get("tool_calls"):
+            calls = [
+                {"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}, "id": c["id"]}
+                for c in m["tool_calls"]
+            ]
+            m = {**m, "tool_calls": calls}
+        out.append(m)
+    return out
+
+
+def generic(messages: list[dict], spec: ToolSpec) -> list[dict]:
+    """Messages with the tools, calls and results written as text, for a format without tools."""
+    out: list[dict] = []
+    if spec.active:
+        listed = "\n".join(json.dumps(t, ensure_ascii=False) for t in spec.tools)
+        system = GENERIC.format(tools=listed)
+        if messages and messages[0]["role"] == "system":
+            system = messages[0]["content"] + "\n\n" + system
+            messages = messages[1:]
+        out.append({"role": "system", "content": system})
+    for m in messages:
+        if m["role"] == "tool":
+            text = f"<tool_response>\n{m['content']}\n</tool_response>"
+            if out and out[-1]["role"] == "user" and out[-1].get("_tool"):
+                out[-1]["content"] += "\n" + text
+            else:
+                out.append({"role": "user", "content": text, "_tool": True})
+            continue
+        if m.get("tool_calls"):
+            written = "\n".join(call_text(c["name"], c["arguments"]) for c in m["tool_calls"])
+            out.append({"role": "assistant", "content": (m["content"] + "\n" if m["content"] else "") + written})
+            continue
+        out.append({"role": m["role"], "content": m["content"]})
+    return [{"role": m["role"], "content": m["content"]} for m in out]
+
+
+def call_text(name: str, arguments: dict) -> str:
+    body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+    return f"{OPEN}\n{body}\n{CLOSE}"
+
+
+# -- the answer ----------------------------------------------------------------------------------
+@dataclass
+class Parsed:
+    content: str | None
+    calls: list[dict]  # OpenAI's tool_calls: {id, type, function: {name, arguments (a JSON string)}}
+
+
+def parse_answer(text: str, spec: ToolSpec) -> Parsed:
+    """The calls in a reply, or the reply as text where it holds none or one does not parse."""
+    if not spec.active or OPEN not in text:
+        return Parsed(text, [])
+    names = {t["name"] for t in spec.tools}
+    calls = []
+    for block in CALL.findall(text):
+        try:
+            obj = json.loads(block)
+        except ValueError:
+            return Parsed(text, [])
+        if not isinstance(obj, dict) or obj.get("name") not in names:
+            return Parsed(text, [])
+        args = obj.get("arguments", {})
+        if isinstance(args, str):  # some models write the arguments as a JSON string
+            try:
+                args = json.loads(args)
+            except ValueError:
+                return Parsed(text, [])
+        if not isinstance(args, dict):
+            return Parsed(text, [])
+        calls.append(
+            {
+                "id": "call_" + uuid.uuid4().hex[:24],
+                "type": "function",
+                "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)},
+            }
+        )
+    rest = CALL.sub("", text[text.index(OPEN) :]).strip()
+    if not calls or rest:  # an unclosed call, or text after the calls: not a clean answer of calls
+        return Parsed(text, [])
+    content = text[: text.index(OPEN)].strip()
+    return Parsed(content or None, calls)
+
+
+def held_back(text: str) -> int:
+    """Where content may be shown up to while a reply streams: before a call's tag, or before a tail
+    that may be the start of one."""
+    at = text.find(OPEN)
+    if at >= 0:
+        return at
+    for k in range(min(len(OPEN) - 1, len(text)), 0, -1):
+        if text.endswith(OPEN[:k]):
+            return len(text) - k
+    return len(text)
