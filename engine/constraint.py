@@ -61,7 +61,7 @@ def _build(model) -> llguidance.LLTokenizer:
     for t in range(n):
         k = llama.llama_token_to_piece(vocab, t, buf, len(buf), 0, True)
         piece = buf.raw[: max(k, 0)]
-        if llama.llama_token_get_attr(vocab, t) & llama.LLAMA_TOKEN_ATTR_CONTROL:
+        if llama.llama_vocab_get_attr(vocab, t) & llama.LLAMA_TOKEN_ATTR_CONTROL:
             piece = b"\xff" + piece  # special: never spelled by a grammar's text
         pieces.append(piece)
         if model.is_eog(t):

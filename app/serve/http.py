@@ -42,7 +42,7 @@ from kvgraft.engine.constraint import Grammar, GrammarError, styled
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
-KEEP_ALIVE_S = 5  # a stream sends ": keep-alive" this often while nothing else goes out (a long prefill)
+KEEP_ALIVE_S = 5.0  # a stream sends ": keep-alive" this often while nothing else goes out (a long prefill)
 
 
 @dataclass
@@ -52,6 +52,7 @@ class ServerConfig:
     time_limit_s: float = 600.0
     retry_after_s: int = 2
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (none: CORS off)
+    keep_alive_s: float = KEEP_ALIVE_S
 
 
 def error_response(exc: ApiError) -> JSONResponse:
@@ -179,7 +180,7 @@ class Server:
                 self.metrics.request(endpoint, 200)
                 return EventSourceResponse(
                     self._stream(req, job, events),
-                    ping=KEEP_ALIVE_S,
+                    ping=self.config.keep_alive_s,
                     ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
                 )
             first = await self._next(request, job, events)
