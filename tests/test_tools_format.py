@@ -79,6 +79,10 @@ def test_a_format_without_tools_gets_the_generic_prompt():
         ('<tool_call>{"name": "get_weather", "arguments": {}}</tool_call> and more', 0, "same"),  # text after
         ("<tool_call>not json</tool_call>", 0, "same"),
         ("Just text.", 0, "same"),
+        ('```json\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n```', 1, None),  # no tags: bare JSON
+        ('[{"name": "get_weather", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Rome"}}]', 2, None),
+        ('{"name": "get_weather", "arguments": {}, "extra": 1}', 0, "same"),
+        ('{"city": "Oslo"}', 0, "same"),
     ],
 )
 def test_an_answer_is_calls_only_where_every_call_parses(text, calls, content):
@@ -95,6 +99,7 @@ def test_content_streams_up_to_a_calls_tag():
     assert tools.held_back("Sure. <tool") == len("Sure. ")
     assert tools.held_back("Sure. <tool_call>\n{") == len("Sure. ")
     assert tools.held_back("Plain <b> text") == len("Plain <b> text")
+    assert tools.held_back(' {"name": "get_weather"') == 0 and tools.held_back("``") == 0  # may be a bare call
 
 
 def test_the_grammar_follows_tool_choice():

@@ -16,9 +16,10 @@ message `<tool_response>...</tool_response>`.
 `tool_choice` "required" constrains the answer to one call (with `parallel_tool_calls`, the default,
 one or more) of a declared function, a named function to one call of it, the arguments valid against
 the function's schema. (A small model given "required" with parallel calls may repeat a call until
-max_tokens: the grammar cannot know when it has enough.) "auto" lets the model choose; an answer that does not parse as calls comes back as
-text. "none" renders no tools. `response_format` json_object / json_schema constrains a text answer
-to JSON (with "auto" and tools: a call or the JSON).
+max_tokens: the grammar cannot know when it has enough.) "auto" lets the model choose, unconstrained:
+an answer is calls where every call in it parses (the tags, or a bare JSON call: `parse_answer`), and
+text otherwise. "none" renders no tools. `response_format` json_object / json_schema constrains a
+text answer to JSON (with "auto" and tools: a call or the JSON).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from kvgraft.app.serve.api_errors import bad
 NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
+FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 GENERIC = (
     "You can call functions. Each function, as a JSON schema:\n{tools}\n\n"
     "To call a function, reply with its name and arguments within <tool_call></tool_call> tags:\n"
@@ -245,33 +247,29 @@ class Parsed:
 
 
 def parse_answer(text: str, spec: ToolSpec) -> Parsed:
-    """The calls in a reply, or the reply as text where it holds none or one does not parse."""
-    if not spec.active or OPEN not in text:
+    """The calls in a reply, or the reply as text where it holds none or one does not parse. Besides the
+    tags, a reply that is nothing but a call's JSON object (or a list of them), fenced as ```json or
+    not, is a call: small models write that where they forget the tags."""
+    if not spec.active:
         return Parsed(text, [])
     names = {t["name"] for t in spec.tools}
+    if OPEN not in text:
+        bare = FENCE.sub(r"\1", text.strip())
+        try:
+            obj = json.loads(bare)
+        except ValueError:
+            return Parsed(text, [])
+        calls = [_call(o, names) for o in (obj if isinstance(obj, list) else [obj])]
+        return Parsed(None, calls) if calls and all(calls) else Parsed(text, [])
     calls = []
     for block in CALL.findall(text):
         try:
-            obj = json.loads(block)
+            call = _call(json.loads(block), names)
         except ValueError:
+            call = None
+        if call is None:
             return Parsed(text, [])
-        if not isinstance(obj, dict) or obj.get("name") not in names:
-            return Parsed(text, [])
-        args = obj.get("arguments", {})
-        if isinstance(args, str):  # some models write the arguments as a JSON string
-            try:
-                args = json.loads(args)
-            except ValueError:
-                return Parsed(text, [])
-        if not isinstance(args, dict):
-            return Parsed(text, [])
-        calls.append(
-            {
-                "id": "call_" + uuid.uuid4().hex[:24],
-                "type": "function",
-                "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)},
-            }
-        )
+        calls.append(call)
     rest = CALL.sub("", text[text.index(OPEN) :]).strip()
     if not calls or rest:  # an unclosed call, or text after the calls: not a clean answer of calls
         return Parsed(text, [])
@@ -279,9 +277,31 @@ def parse_answer(text: str, spec: ToolSpec) -> Parsed:
     return Parsed(content or None, calls)
 
 
+def _call(obj, names: set[str]) -> dict | None:
+    """`{"name", "arguments"}` as OpenAI's tool call, or None where it is not a call of a declared tool."""
+    if not isinstance(obj, dict) or obj.get("name") not in names or set(obj) - {"name", "arguments"}:
+        return None
+    args = obj.get("arguments", {})
+    if isinstance(args, str):  # some models write the arguments as a JSON string
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    if not isinstance(args, dict):
+        return None
+    return {
+        "id": "call_" + uuid.uuid4().hex[:24],
+        "type": "function",
+        "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)},
+    }
+
+
 def held_back(text: str) -> int:
     """Where content may be shown up to while a reply streams: before a call's tag, or before a tail
-    that may be the start of one."""
+    that may be the start of one; nothing while the reply may be a bare call (it starts as JSON)."""
+    head = text.lstrip()
+    if head[:1] in ("{", "[") or (head and "```".startswith(head[:3])):
+        return 0
     at = text.find(OPEN)
     if at >= 0:
         return at
