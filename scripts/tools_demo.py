@@ -78,9 +78,8 @@ def start(model: str) -> tuple[subprocess.Popen, str]:
     sys.exit("kvgraft serve did not become healthy")
 
 
-def show(title: str, obj) -> None:
-    print(f"== {title}")
-    print(json.dumps(obj, indent=2, ensure_ascii=False))
+def show(title: str, seconds: float, reason: str, what: str) -> None:
+    print(f"{title} ({seconds:.1f} s, finish_reason {reason}): {what}")
 
 
 def run(client: OpenAI) -> None:
@@ -89,10 +88,8 @@ def run(client: OpenAI) -> None:
     t = time.perf_counter()
     r = client.chat.completions.create(model=model, messages=ask, tools=TOOLS, max_tokens=120)
     msg = r.choices[0].message
-    show(
-        f"1. tool call ({time.perf_counter() - t:.1f} s, finish_reason {r.choices[0].finish_reason})",
-        msg.model_dump(include={"content", "tool_calls"}),
-    )
+    calls = " ".join(f"{c.function.name} {c.function.arguments}" for c in msg.tool_calls or [])
+    show("1. tool call", time.perf_counter() - t, r.choices[0].finish_reason, calls or repr(msg.content))
     if msg.tool_calls:
         call = msg.tool_calls[0]
         ask += [
@@ -107,8 +104,10 @@ def run(client: OpenAI) -> None:
         # tool_choice "none": answer from the result (with "auto" this 1.5B coder model calls the tool again)
         r = client.chat.completions.create(model=model, messages=ask, tools=TOOLS, tool_choice="none", max_tokens=80)
         show(
-            f"2. answer from the tool's result ({time.perf_counter() - t:.1f} s)",
-            {"content": r.choices[0].message.content, "finish_reason": r.choices[0].finish_reason},
+            "2. answer from the result",
+            time.perf_counter() - t,
+            r.choices[0].finish_reason,
+            r.choices[0].message.content,
         )
     fmt = {"type": "json_schema", "json_schema": {"name": "harbor", "schema": HARBOR, "strict": True}}
     t = time.perf_counter()
@@ -119,14 +118,14 @@ def run(client: OpenAI) -> None:
         max_tokens=120,
     )
     content = r.choices[0].message.content
-    show(f"3. structured answer ({time.perf_counter() - t:.1f} s, finish_reason {r.choices[0].finish_reason})", content)
+    show("3. structured answer", time.perf_counter() - t, r.choices[0].finish_reason, content)
     try:
         import jsonschema
 
         jsonschema.validate(json.loads(content), HARBOR)
-        print("valid against the schema: True")
+        print("   valid against the schema: True")
     except Exception as exc:  # noqa: BLE001 (the demo says what failed)
-        print(f"valid against the schema: False ({exc})")
+        print(f"   valid against the schema: False ({exc})")
 
 
 def main() -> None:
