@@ -105,7 +105,10 @@ def styled(schema: dict) -> dict:
     """`schema` with kvgraft's JSON style in its x-guidance options (for %json blocks in Lark too)."""
     if not isinstance(schema, dict):
         raise GrammarError("a JSON schema must be an object")
-    return {**schema, "x-guidance": {**(schema.get("x-guidance") or {}), **JSON_STYLE}}
+    options = schema.get("x-guidance") or {}
+    if not isinstance(options, dict):
+        raise GrammarError("x-guidance must be an object")
+    return {**schema, "x-guidance": {**options, **JSON_STYLE}}
 
 
 class Constraint:

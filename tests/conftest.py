@@ -85,6 +85,17 @@ def model_path():
 
 
 @pytest.fixture(scope="session")
+def agent_server(tmp_path_factory):
+    """One real `kvgraft serve` on the 270M for the tools and clients tests (tests/test_serve_tools.py,
+    tests/test_serve_clients.py): started once, stopped by pid."""
+    from tests.serve_fixture import ServerProcess
+
+    srv = ServerProcess(tmp_path_factory.mktemp("agents") / "home", "--time-limit", "120").start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
 def engine(model_path):
     """The real Gemma 3 270M, default config (flash attention off, f16 KV, n_ctx 8192)."""
     from kvgraft.app.core.model_store import model_sha256

@@ -18,8 +18,6 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.serve_fixture import ServerProcess
-
 
 class Person(BaseModel):
     model_config = {"extra": "forbid"}
@@ -28,10 +26,8 @@ class Person(BaseModel):
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = ServerProcess(tmp_path_factory.mktemp("clients") / "home", "--time-limit", "120").start()
-    yield srv
-    srv.stop()
+def server(agent_server):
+    return agent_server
 
 
 @pytest.fixture(scope="module")

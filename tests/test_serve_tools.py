@@ -49,10 +49,8 @@ ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = ServerProcess(tmp_path_factory.mktemp("tools") / "home", "--time-limit", "120").start()
-    yield srv
-    srv.stop()
+def server(agent_server):
+    return agent_server
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +86,22 @@ def test_required_and_named_tool_choice_give_valid_calls(client):
     r = client.chat.completions.create(model="any", messages=ASK, tools=TOOLS, tool_choice=named, max_tokens=80)
     assert r.choices[0].finish_reason == "tool_calls"
     _check_calls(r.choices[0].message, names=("get_time",))
+
+
+def test_a_tool_whose_schema_has_refs_is_called_with_valid_arguments(client):
+    closed = {"type": "object", "additionalProperties": False}  # a small model may add keys without end
+    place = {**closed, "properties": {"city": {"enum": ["Paris", "Oslo"]}}, "required": ["city"]}
+    params = {
+        **closed,
+        "$defs": {"Place": place},
+        "properties": {"where": {"$ref": "#/$defs/Place"}},
+        "required": ["where"],
+    }
+    tool = {"type": "function", "function": {"name": "visit", "parameters": params}}
+    named = {"type": "function", "function": {"name": "visit"}}
+    r = client.chat.completions.create(model="any", messages=ASK, tools=[tool], tool_choice=named, max_tokens=60)
+    assert r.choices[0].finish_reason == "tool_calls"
+    jsonschema.validate(json.loads(r.choices[0].message.tool_calls[0].function.arguments), params)
 
 
 def test_streamed_tool_calls_assemble_into_the_same_calls(client):
@@ -165,6 +179,7 @@ def test_what_cannot_be_applied_is_refused_by_name(client):
         ({"presence_penalty": 1}, "presence_penalty"),
         ({"logit_bias": {"5": 10}}, "logit_bias"),
         ({"functions": [{"name": "f"}]}, "functions"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"x-guidance": 5}}}}, "response_format"),
     ]
     for extra, param in cases:
         with pytest.raises(openai.BadRequestError) as err:

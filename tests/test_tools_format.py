@@ -83,6 +83,9 @@ def test_a_format_without_tools_gets_the_generic_prompt():
         ('[{"name": "get_weather", "arguments": {}}, {"name": "get_weather", "arguments": {"city": "Rome"}}]', 2, None),
         ('{"name": "get_weather", "arguments": {}, "extra": 1}', 0, "same"),
         ('{"city": "Oslo"}', 0, "same"),
+        ('{"name": {"first": "Ada"}, "age": 36}', 0, "same"),  # a name that is not a string
+        ('<tool_call>{"name": ["x"], "arguments": {}}</tool_call>', 0, "same"),
+        ('<tool_call>{"name": "get_weather", "arguments": {"city": "a</tool_call>b"}}</tool_call>', 1, None),
     ],
 )
 def test_an_answer_is_calls_only_where_every_call_parses(text, calls, content):
@@ -96,20 +99,25 @@ def test_an_answer_is_calls_only_where_every_call_parses(text, calls, content):
 
 
 def test_content_streams_up_to_a_calls_tag():
-    assert tools.held_back("Sure. <tool") == len("Sure. ")
-    assert tools.held_back("Sure. <tool_call>\n{") == len("Sure. ")
+    assert tools.held_back("Sure. <tool") == len("Sure.")
+    assert tools.held_back("Sure. <tool_call>\n{") == len("Sure.")
     assert tools.held_back("Plain <b> text") == len("Plain <b> text")
+    assert tools.held_back("Let me check.\n<tool_call>") == len("Let me check.")  # what parse_answer keeps
+    assert tools.held_back("```python\nprint(1)") == len("```python\nprint(1)")  # code is not a call
     assert tools.held_back(' {"name": "get_weather"') == 0 and tools.held_back("``") == 0  # may be a bare call
 
 
 def test_the_grammar_follows_tool_choice():
     spec = parse_request({**BODY, "tool_choice": "required"}, chat=True).tools
     lark = tools.grammar_lark(spec, lambda s: s)
-    assert lark.startswith('start: call ("\\n" call)*') and '"const": "get_weather"' in lark
+    assert lark.startswith('start: call ("\\n" call)*') and '\\"get_weather\\"' in lark
     named = parse_request(
         {**BODY, "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}, chat=True
     ).tools
     assert tools.grammar_lark(named, lambda s: s).startswith("start: call\n")
+    auto_named = {**BODY, "tools": BODY["tools"] + [{"type": "function", "function": {"name": "auto"}}]}
+    spec = parse_request({**auto_named, "tool_choice": {"type": "function", "function": {"name": "auto"}}}, chat=True)
+    assert spec.tools.forced and spec.tools.function == "auto"  # a tool named like a choice is still forced
     assert tools.grammar_lark(parse_request(BODY, chat=True).tools, lambda s: s) is None  # auto: free
     fmt = {**BODY, "response_format": {"type": "json_object"}}
     assert tools.grammar_lark(parse_request(fmt, chat=True).tools, lambda s: s).startswith("start: calls | %json")
@@ -123,6 +131,7 @@ def test_bad_tool_fields_are_refused_by_name():
         "tool_choice": {"tool_choice": "sometimes"},
         "parallel_tool_calls": {"parallel_tool_calls": "yes"},
         "response_format": {"response_format": {"type": "xml"}},
+        "tools[0].function.name ": {"tools": [{"type": "function", "function": {"name": "f\n"}}]},
         "messages[1].tool_calls[0].function.arguments": {
             "messages": [
                 BODY["messages"][0],
@@ -134,4 +143,13 @@ def test_bad_tool_fields_are_refused_by_name():
     for param, extra in cases.items():
         with pytest.raises(ApiError) as err:
             parse_request({**BODY, **extra}, chat=True)
-        assert err.value.param == param, (param, err.value.message)
+        assert err.value.param == param.strip(), (param, err.value.message)
+
+
+def test_a_prefilled_reply_with_tools_or_a_schema_is_refused():
+    msgs = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": '{"a": '}]
+    for extra in ({"response_format": {"type": "json_object"}}, {"tools": BODY["tools"]}):
+        with pytest.raises(ApiError) as err:
+            parse_request({"messages": msgs, **extra}, chat=True)
+        assert err.value.param == "messages"
+    assert parse_request({"messages": msgs}, chat=True).prefill == '{"a": '

@@ -292,7 +292,7 @@ class Server:
             "choices": [choice],
             "usage": api.usage(prep.prompt_tokens, done["completion_tokens"], prep.cached_tokens),
             "timings": _timings(prep, done),
-            "kvgraft": prep.as_dict(),
+            "kvgraft": {**prep.as_dict(), "constraint": done.get("constraint")},
         }
         self.metrics.decoded(done["completion_tokens"])
         return JSONResponse(body)
@@ -310,11 +310,9 @@ def _grammar(model, spec: tools.ToolSpec) -> Grammar | None:
         except GrammarError as exc:
             message = f"the response_format schema does not compile: {exc}"
             raise api.bad("response_format", message, "invalid_schema") from None
-    lark = tools.grammar_lark(spec, styled)
-    if lark is None:
-        return None
     try:
-        return Grammar.lark(model, lark)
+        lark = tools.grammar_lark(spec, styled)
+        return None if lark is None else Grammar.lark(model, lark)
     except GrammarError as exc:
         raise api.bad("tools", f"a tool's parameters do not compile: {exc}", "invalid_schema") from None
 

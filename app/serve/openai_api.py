@@ -118,6 +118,11 @@ def parse_request(body, chat: bool) -> CompletionRequest:
             if len(req.messages) == 1:
                 raise bad("messages", "there is nothing before the assistant's message to answer")
             req.prefill = last["content"]
+            if req.tools.active or req.tools.constrained:
+                raise bad(
+                    "messages",
+                    "a prefilled reply (a last assistant message) cannot be combined with tools or response_format",
+                )
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):

@@ -95,7 +95,8 @@ async def stream_events(server, req, job, events):
                 if req.include_usage and prep is not None:
                     usage = api.usage(prep.prompt_tokens, done["completion_tokens"], prep.cached_tokens)
                     last = {**head, "choices": [], "usage": usage, "timings": timings(prep, done)}
-                    yield {"data": json.dumps({**last, "kvgraft": prep.as_dict()})}
+                    kv = {**prep.as_dict(), "constraint": done.get("constraint")}
+                    yield {"data": json.dumps({**last, "kvgraft": kv})}
                 break
         yield {"data": "[DONE]"}
     finally:

@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 
 from kvgraft.app.serve.api_errors import bad
 
-NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
-CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 GENERIC = (
     "You can call functions. Each function, as a JSON schema:\n{tools}\n\n"
@@ -48,8 +47,8 @@ class ToolSpec:
     """What a request asks of tools and structured output, checked."""
 
     tools: list[dict] = field(default_factory=list)  # {"name", "description", "parameters"}
-    choice: str = "auto"  # "auto", "none", "required", or a function's name (then `named`)
-    named: bool = False
+    choice: str = "auto"  # "auto", "none", "required", or "function" (then `function` names it)
+    function: str | None = None
     parallel: bool = True
     json_schema: dict | None = None  # response_format: {} for json_object, the schema for json_schema
     schema_param: str = "response_format"
@@ -97,9 +96,9 @@ def parse_tools(body: dict) -> ToolSpec:
         spec.choice = choice
     elif isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("function"), dict):
         name = choice["function"].get("name")
-        if name not in seen:
+        if not isinstance(name, str) or name not in seen:
             raise bad("tool_choice", f"tool_choice names {str(name)[:64]!r}, which is not one of the tools")
-        spec.choice, spec.named = name, True
+        spec.choice, spec.function = "function", name
     else:
         raise bad("tool_choice", "'tool_choice' must be 'auto', 'none', 'required' or a named function")
     if spec.choice == "required" and not spec.tools:
@@ -118,7 +117,7 @@ def _tool(t, i: int) -> dict:
         raise bad(where, f"{where} must be {{type: function, function: {{name, description, parameters}}}}")
     f = t["function"]
     name = f.get("name")
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise bad(f"{where}.function.name", f"{where}.function.name must be 1-64 letters, digits, _ . or -")
     desc = f.get("description", "")
     if not isinstance(desc, str):
@@ -165,26 +164,21 @@ def grammar_lark(spec: ToolSpec, styled) -> str | None:
         answer = "%json " + json.dumps(styled(spec.json_schema))
     if not spec.active or (spec.choice == "auto" and answer is None):
         return f"start: {answer}" if answer else None
-    tools = [t for t in spec.tools if not spec.named or t["name"] == spec.choice]
-    call = {
-        "anyOf": [
-            {
-                "type": "object",
-                "properties": {"name": {"const": t["name"]}, "arguments": t["parameters"]},
-                "required": ["name", "arguments"],
-                "additionalProperties": False,
-            }
-            for t in tools
-        ]
-    }
-    calls = 'call ("\\n" call)*' if spec.parallel and not spec.named else "call"
+    tools = [t for t in spec.tools if spec.function is None or t["name"] == spec.function]
+    # one rule per tool, its schema at the root of its own %json (so its "$ref"s resolve)
+    rules = []
+    for i, t in enumerate(tools):
+        head = json.dumps('{"name": ' + json.dumps(t["name"]) + ', "arguments": ')
+        rules += [f'body_{i}: {head} args_{i} "}}"', f"args_{i}: %json " + json.dumps(styled(t["parameters"]))]
+    calls = 'call ("\\n" call)*' if spec.parallel and spec.function is None else "call"
     start = calls if spec.forced else f"calls | {answer}"
     return "\n".join(
         [
             f"start: {start}",
             *([f"calls: {calls}"] if not spec.forced else []),
             f'call: "{OPEN}\\n" body "\\n{CLOSE}"',
-            "body: %json " + json.dumps(styled(call)),
+            "body: " + " | ".join(f"body_{i}" for i in range(len(tools))),
+            *rules,
         ]
     )
 
@@ -253,7 +247,8 @@ def parse_answer(text: str, spec: ToolSpec) -> Parsed:
     if not spec.active:
         return Parsed(text, [])
     names = {t["name"] for t in spec.tools}
-    if OPEN not in text:
+    at = text.find(OPEN)
+    if at < 0:
         bare = FENCE.sub(r"\1", text.strip())
         try:
             obj = json.loads(bare)
@@ -261,25 +256,36 @@ def parse_answer(text: str, spec: ToolSpec) -> Parsed:
             return Parsed(text, [])
         calls = [_call(o, names) for o in (obj if isinstance(obj, list) else [obj])]
         return Parsed(None, calls) if calls and all(calls) else Parsed(text, [])
-    calls = []
-    for block in CALL.findall(text):
+    calls, i = [], at
+    decoder = json.JSONDecoder()
+    while i < len(text):  # tags, each around one JSON object, with nothing but whitespace between them
+        if not text.startswith(OPEN, i):
+            return Parsed(text, [])
         try:
-            call = _call(json.loads(block), names)
+            obj, i = decoder.raw_decode(text, _skip_space(text, i + len(OPEN)))
         except ValueError:
-            call = None
-        if call is None:
+            return Parsed(text, [])
+        i = _skip_space(text, i)
+        call = _call(obj, names)
+        if call is None or not text.startswith(CLOSE, i):  # not a declared tool's call, or cut off
             return Parsed(text, [])
         calls.append(call)
-    rest = CALL.sub("", text[text.index(OPEN) :]).strip()
-    if not calls or rest:  # an unclosed call, or text after the calls: not a clean answer of calls
-        return Parsed(text, [])
-    content = text[: text.index(OPEN)].strip()
-    return Parsed(content or None, calls)
+        i = _skip_space(text, i + len(CLOSE))
+    return Parsed(text[:at].strip() or None, calls)
+
+
+def _skip_space(text: str, i: int) -> int:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    return i
 
 
 def _call(obj, names: set[str]) -> dict | None:
     """`{"name", "arguments"}` as OpenAI's tool call, or None where it is not a call of a declared tool."""
-    if not isinstance(obj, dict) or obj.get("name") not in names or set(obj) - {"name", "arguments"}:
+    if not isinstance(obj, dict) or set(obj) - {"name", "arguments"}:
+        return None
+    name = obj.get("name")
+    if not isinstance(name, str) or name not in names:
         return None
     args = obj.get("arguments", {})
     if isinstance(args, str):  # some models write the arguments as a JSON string
@@ -292,20 +298,18 @@ def _call(obj, names: set[str]) -> dict | None:
     return {
         "id": "call_" + uuid.uuid4().hex[:24],
         "type": "function",
-        "function": {"name": obj["name"], "arguments": json.dumps(args, ensure_ascii=False)},
+        "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)},
     }
 
 
 def held_back(text: str) -> int:
     """Where content may be shown up to while a reply streams: before a call's tag, or before a tail
-    that may be the start of one; nothing while the reply may be a bare call (it starts as JSON)."""
+    that may be the start of one (and the whitespace before it, which `parse_answer` strips); nothing
+    while the reply may be a bare call (it starts as a JSON object or list, or a ```json fence)."""
     head = text.lstrip()
-    if head[:1] in ("{", "[") or (head and "```".startswith(head[:3])):
+    if head[:1] in ("{", "[") or (head and (head.startswith("```json") or "```json".startswith(head))):
         return 0
     at = text.find(OPEN)
-    if at >= 0:
-        return at
-    for k in range(min(len(OPEN) - 1, len(text)), 0, -1):
-        if text.endswith(OPEN[:k]):
-            return len(text) - k
-    return len(text)
+    if at < 0:  # a tail that may be the start of a tag waits
+        at = len(text) - next((k for k in range(min(len(OPEN) - 1, len(text)), 0, -1) if text.endswith(OPEN[:k])), 0)
+    return len(text[:at].rstrip())

@@ -247,6 +247,7 @@ def serve_job(cache: PromptCache, job: Job) -> None:
                 "decode_ms": gen.seconds * 1e3,
                 "logprobs": lps[: len(gen.tokens)],
                 "tail_logprobs": lps[sent[0] :],
+                "constraint": gen.constraint,
             },
         )
     )
