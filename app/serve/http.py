@@ -16,6 +16,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from sse_starlette.event import ServerSentEvent
 from sse_starlette.sse import EventSourceResponse
@@ -29,13 +30,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kvgraft.app.proof.chat_format import ChatFormat, ChatFormatError, paragraph_boundary
+from kvgraft.app.serve import messages_api, openai_shapes, responses_api, tools
 from kvgraft.app.serve import openai_api as api
-from kvgraft.app.serve import tools
 from kvgraft.app.serve.metrics import Metrics
 from kvgraft.app.serve.openai_api import ApiError, CompletionRequest
-from kvgraft.app.serve.streaming import engine_error as _engine_error
-from kvgraft.app.serve.streaming import stream_events
-from kvgraft.app.serve.streaming import timings as _timings
+from kvgraft.app.serve.openai_shapes import engine_error as _engine_error
 from kvgraft.app.serve.worker import EngineWorker, Job, QueueFull
 from kvgraft.engine.constraint import Grammar, GrammarError, styled
 
@@ -60,12 +59,32 @@ def error_response(exc: ApiError) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=exc.status, headers={**headers, **exc.headers})
 
 
+@dataclass(frozen=True)
+class Surface:
+    """One API's shapes over the one request core: its request parsed into a `CompletionRequest`, the
+    answer whole or streamed, its errors."""
+
+    name: str
+    parse: Callable
+    whole: Callable  # (server, req, done, prep) -> dict
+    stream: Callable  # (server, req, job, events) -> async iterator of SSE events
+    error: Callable = error_response
+
+
+CHAT = Surface("chat", lambda b: api.parse_request(b, True), openai_shapes.whole_body, openai_shapes.stream_events)
+COMPLETIONS = Surface(
+    "completions", lambda b: api.parse_request(b, False), openai_shapes.whole_body, openai_shapes.stream_events
+)
+MESSAGES = Surface("messages", messages_api.parse, messages_api.whole, messages_api.stream, messages_api.error)
+
+
 class Server:
     def __init__(self, worker: EngineWorker, config: ServerConfig) -> None:
         self.worker = worker
         self.config = config
         self.metrics = Metrics(worker)
         self.started = int(time.time())
+        self.responses = Surface("responses", responses_api.parser(self), responses_api.whole, responses_api.stream)
 
     # -- plumbing ------------------------------------------------------------------------------
     def _authorize(self, request: Request) -> None:
@@ -73,7 +92,7 @@ class Server:
         if not key:
             return
         given = request.headers.get("authorization", "")
-        token = given[7:] if given.lower().startswith("bearer ") else ""
+        token = given[7:] if given.lower().startswith("bearer ") else request.headers.get("x-api-key", "")
         if not hmac.compare_digest(token.encode(), key.encode()):
             raise ApiError(
                 401,
@@ -154,17 +173,25 @@ class Server:
         return Response(body, media_type=content_type)
 
     async def chat(self, request: Request) -> Response:
-        return await self._complete(request, chat=True)
+        return await self._complete(request, CHAT)
 
     async def completions(self, request: Request) -> Response:
-        return await self._complete(request, chat=False)
+        return await self._complete(request, COMPLETIONS)
 
-    async def _complete(self, request: Request, chat: bool) -> Response:
-        endpoint = "chat" if chat else "completions"
+    async def messages(self, request: Request) -> Response:
+        return await self._complete(request, MESSAGES)
+
+    async def responses_(self, request: Request) -> Response:
+        return await self._complete(request, self.responses)
+
+    async def _complete(self, request: Request, surface: "Surface") -> Response:
+        """The one request core behind every surface: parse (the surface's shapes), tokenize, queue,
+        relay the engine's events in the surface's shapes."""
+        endpoint = surface.name
         try:
             self._authorize(request)
             self._ready()
-            req = api.parse_request(await self._body(request), chat)
+            req = surface.parse(await self._body(request))
             job, events = await self._job(req)
             try:
                 self.worker.submit(job)
@@ -179,7 +206,7 @@ class Server:
             if req.stream:  # the headers and the role chunk go out now, keep-alives while the prompt is read
                 self.metrics.request(endpoint, 200)
                 return EventSourceResponse(
-                    self._stream(req, job, events),
+                    surface.stream(self, req, job, events),
                     ping=self.config.keep_alive_s,
                     ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
                 )
@@ -188,9 +215,9 @@ class Server:
                 raise _engine_error(first)
         except ApiError as exc:
             self.metrics.request(endpoint, exc.status)
-            return error_response(exc)
+            return surface.error(exc)
         self.metrics.request(endpoint, 200)
-        return await self._whole(request, req, job, events, first[1])
+        return await self._whole(request, surface, req, job, events, first[1])
 
     async def _job(self, req: CompletionRequest) -> tuple[Job, asyncio.Queue]:
         model = self.worker.service.engine.model
@@ -254,51 +281,15 @@ class Server:
                     job.cancel.set()
                     raise ApiError(499, "the client went away", code="client_closed") from None
 
-    async def _whole(self, request, req: CompletionRequest, job: Job, events, prep) -> Response:
+    async def _whole(self, request, surface, req: CompletionRequest, job: Job, events, prep) -> Response:
         while True:
             ev = await self._next(request, job, events)
             if ev[0] == "done":
                 break
             if ev[0] == "error":
-                return error_response(_engine_error(ev))
-        done = ev[1]
-        model = self.worker.service.engine.model
-        reason = api.finish_reason(done["stop_reason"])
-        if req.chat:
-            parsed = tools.parse_answer(done["text"], req.tools)
-            message = {"role": "assistant", "content": parsed.content}
-            if parsed.calls:
-                message["tool_calls"], reason = parsed.calls, "tool_calls"
-            choice = {
-                "index": 0,
-                "message": message,
-                "logprobs": api.chat_logprobs(model, done["logprobs"]) if req.top_logprobs is not None else None,
-                "finish_reason": reason,
-            }
-            obj = "chat.completion"
-        else:
-            choice = {
-                "index": 0,
-                "text": done["text"],
-                "logprobs": api.completion_logprobs(model, done["logprobs"]) if req.top_logprobs is not None else None,
-                "finish_reason": reason,
-            }
-            obj = "text_completion"
-        body = {
-            "id": api.new_id("chatcmpl" if req.chat else "cmpl"),
-            "object": obj,
-            "created": api.created(),
-            "model": self.model_id,
-            "choices": [choice],
-            "usage": api.usage(prep.prompt_tokens, done["completion_tokens"], prep.cached_tokens),
-            "timings": _timings(prep, done),
-            "kvgraft": {**prep.as_dict(), "constraint": done.get("constraint")},
-        }
-        self.metrics.decoded(done["completion_tokens"])
-        return JSONResponse(body)
-
-    def _stream(self, req: CompletionRequest, job: Job, events):
-        return stream_events(self, req, job, events)
+                return surface.error(_engine_error(ev))
+        self.metrics.decoded(ev[1]["completion_tokens"])
+        return JSONResponse(surface.whole(self, req, ev[1], prep))
 
 
 def _grammar(model, spec: tools.ToolSpec) -> Grammar | None:
@@ -339,6 +330,8 @@ def build_app(server: Server) -> Starlette:
         Route("/v1/models/{model_id:path}", server.model),
         Route("/v1/chat/completions", server.chat, methods=["POST"]),
         Route("/v1/completions", server.completions, methods=["POST"]),
+        Route("/v1/messages", server.messages, methods=["POST"]),
+        Route("/v1/responses", server.responses_, methods=["POST"]),
         Route("/metrics", server.metrics_text),
     ]
     middleware = []

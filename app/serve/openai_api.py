@@ -42,6 +42,7 @@ class CompletionRequest:
     echo: bool = False
     tools: ToolSpec = field(default_factory=ToolSpec)  # tools, tool_choice, response_format
     prefill: str | None = None  # the start of the reply (a last assistant message) to continue
+    extra: dict = field(default_factory=dict)  # what a surface (app/serve/responses_api.py) keeps for its answer
 
 
 def _int(body: dict, name: str, lo: int, hi: int | None = None) -> int | None:

@@ -1,4 +1,5 @@
-"""A streamed answer as server-sent events, in the shapes the official `openai` client assembles.
+"""Chat completions and completions as the official `openai` client reads them: whole (`whole_body`), or
+streamed as server-sent events (`stream_events`).
 
 The headers and the role chunk go out at once; while the prompt is read, sse-starlette sends
 ": keep-alive" comments (app/serve/http.py). Text arrives as the engine decodes it. Where the model
@@ -36,6 +37,40 @@ def engine_error(ev: tuple) -> ApiError:
     if code == "cancelled":
         return ApiError(408, "the request ran past its time limit", code="timeout")
     return ApiError(500, message, "server_error", code=code)
+
+
+def whole_body(server, req, done: dict, prep) -> dict:
+    """A chat completion or a completion, whole."""
+    model = server.worker.service.engine.model
+    reason = api.finish_reason(done["stop_reason"])
+    if req.chat:
+        parsed = tools.parse_answer(done["text"], req.tools)
+        message = {"role": "assistant", "content": parsed.content}
+        if parsed.calls:
+            message["tool_calls"], reason = parsed.calls, "tool_calls"
+        choice = {
+            "index": 0,
+            "message": message,
+            "logprobs": api.chat_logprobs(model, done["logprobs"]) if req.top_logprobs is not None else None,
+            "finish_reason": reason,
+        }
+    else:
+        choice = {
+            "index": 0,
+            "text": done["text"],
+            "logprobs": api.completion_logprobs(model, done["logprobs"]) if req.top_logprobs is not None else None,
+            "finish_reason": reason,
+        }
+    return {
+        "id": api.new_id("chatcmpl" if req.chat else "cmpl"),
+        "object": "chat.completion" if req.chat else "text_completion",
+        "created": api.created(),
+        "model": server.model_id,
+        "choices": [choice],
+        "usage": api.usage(prep.prompt_tokens, done["completion_tokens"], prep.cached_tokens),
+        "timings": timings(prep, done),
+        "kvgraft": {**prep.as_dict(), "constraint": done.get("constraint")},
+    }
 
 
 async def stream_events(server, req, job, events):
