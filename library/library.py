@@ -26,6 +26,7 @@ from typing import Iterator, Sequence
 from sqlite_utils import Database
 
 from .blobstore import BlobStore, StoredBlob, check_sha
+from .cache_pins import CachePinRecords
 from .entry_writes import EntryWrites
 from .errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
 from .normalize import question_key
@@ -53,7 +54,14 @@ def _fts_query(text: str, any_term: bool) -> str | None:
 
 
 class Library(
-    EntryWrites, ProvenanceRecords, LibraryReads, ThreadRecords, Retrieval, SourceRecords, PromptCacheRecords
+    EntryWrites,
+    ProvenanceRecords,
+    LibraryReads,
+    ThreadRecords,
+    Retrieval,
+    SourceRecords,
+    PromptCacheRecords,
+    CachePinRecords,
 ):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)

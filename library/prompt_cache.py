@@ -89,6 +89,7 @@ class PromptCacheRecords:
             existing, pending = self.stage_entry(staging, kind=CACHE, proof=LOCAL, **entry)
             if existing is not None:
                 self.touch_cache_state(existing.id)
+                self.attach_pins(existing.id, entry["tokens"])
                 return existing, False
             with staging.commit() as db:
                 entry_id, written = self.write_staged(pending)
@@ -98,11 +99,13 @@ class PromptCacheRecords:
                 )
                 if block == 0 and written != PRESENT:
                     _key_grains(db, entry_id, entry["tokens"])
+        self.attach_pins(entry_id, entry["tokens"])
         return self.get(entry_id), True
 
     def touch_cache_state(self, entry_id: int) -> None:
         with self.write() as db:
             db.execute("UPDATE cache_states SET last_used = ?, hits = hits + 1 WHERE entry_id = ?", [now(), entry_id])
+        self.refresh_pins(entry_id)
 
     def largest_cache_blob(self) -> int:
         row = self._db.execute(
@@ -114,11 +117,13 @@ class PromptCacheRecords:
         """SQL for the entries the cache budget governs: automatic states, and conversation states no
         thread pins (`sessions_to_keep`: a thread's newest state and its fork points, pinned while the
         thread exists)."""
-        pinned = ",".join(str(int(i)) for i in self.sessions_to_keep()) or "NULL"
+        pinned = ",".join(str(int(i)) for i in self.sessions_to_keep()) or "-1"
+        named = ",".join(str(int(i)) for i in self.pinned_entry_ids()) or "-1"  # library/cache_pins.py
         return (
             "SELECT e.id, coalesce(c.last_used, e.created_at) AS used FROM entries e "
             "LEFT JOIN cache_states c ON c.entry_id = e.id "
-            f"WHERE c.entry_id IS NOT NULL OR (e.kind = 'session' AND e.id NOT IN ({pinned}))"
+            f"WHERE (c.entry_id IS NOT NULL AND e.id NOT IN ({named})) "
+            f"OR (e.kind = 'session' AND e.id NOT IN ({pinned}))"
         )
 
     def cache_bytes(self) -> tuple[int, int]:
@@ -152,6 +157,7 @@ class PromptCacheRecords:
         entry = self.get(entry_id)
         with self.write() as db:
             db.execute("DELETE FROM cache_states WHERE entry_id = ?", [entry_id])
+            db.execute("UPDATE cache_pins SET entry_id = NULL WHERE entry_id = ?", [entry_id])
             db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [entry_id])
             db.execute("DELETE FROM entries WHERE id = ?", [entry_id])
             still = db.execute("SELECT 1 FROM entries WHERE blob_sha256 = ? LIMIT 1", [entry.blob_sha256]).fetchone()

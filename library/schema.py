@@ -267,6 +267,26 @@ def m013_remotes(db: Database) -> None:
     db["remotes"].create({"name": str, "bucket": str, "prefix": str, "endpoint_url": str, "added_at": str}, pk="name")
 
 
+@migrations()
+def m014_cache_pins(db: Database) -> None:
+    """Named cache pins (library/cache_pins.py): a prefix kept by name, its tokens' SHA-256 and count, the
+    cache state that holds it once stored, its time to live and when it ends (epoch seconds)."""
+    db["cache_pins"].create(
+        {
+            "name": str,
+            "tokens_sha256": str,
+            "n_tokens": int,
+            "entry_id": int,
+            "ttl_s": float,
+            "created_at": float,
+            "expires_at": float,
+        },
+        pk="name",
+    )
+    db["cache_pins"].create_index(["tokens_sha256", "n_tokens"])
+    db["cache_pins"].create_index(["entry_id"])
+
+
 def insert_prefix_keys(db: Database, entry_id: int, tokens_blob: bytes, n_tokens: int) -> None:
     tokens = unpack_tokens(tokens_blob)
     keys = prefix_keys(tokens, entry_key_lengths(n_tokens))
@@ -290,4 +310,5 @@ MIGRATIONS = [
     "m011_prompt_cache",
     "m012_turn_stats",
     "m013_remotes",
+    "m014_cache_pins",
 ]

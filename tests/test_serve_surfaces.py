@@ -85,7 +85,8 @@ def test_messages_tool_use_and_a_tool_result_round_trip(claude):
 
 def test_messages_errors_are_anthropics_shape(server, claude):
     with pytest.raises(anthropic.BadRequestError) as err:
-        claude.messages.create(model="any", max_tokens=5, messages=[{"role": "user", "content": "hi"}], extra_body={"top_k": 5})
+        hi = [{"role": "user", "content": "hi"}]
+        claude.messages.create(model="any", max_tokens=5, messages=hi, extra_body={"top_k": 5})
     assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "invalid_request_error"
     r = httpx.post(server.url + "/v1/messages", json={"messages": [{"role": "user", "content": "hi"}]}, timeout=60)
     assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]

@@ -9,6 +9,7 @@ import click
 from kvgraft.app import __version__
 from kvgraft.app.cli.answer_cmds import COMMANDS as ANSWER_COMMANDS
 from kvgraft.app.cli.bench_cmd import bench
+from kvgraft.app.cli.cache_cmds import cache
 from kvgraft.app.cli.chat_cmds import chat
 from kvgraft.app.cli.common import setup_logging
 from kvgraft.app.cli.demo_cmd import demo
@@ -45,6 +46,7 @@ cli.add_command(keys)
 cli.add_command(verify)
 cli.add_command(chat)
 cli.add_command(serve_cmd)
+cli.add_command(cache)
 cli.add_command(models)
 for _cmd in LIBRARY_COMMANDS + PACK_COMMANDS + REMOTE_COMMANDS + ANSWER_COMMANDS:
     cli.add_command(_cmd)

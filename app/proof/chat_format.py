@@ -168,6 +168,17 @@ class ChatFormat:
         tokens = model.tokenize(text, add_bos=True)
         return tokens, _token_ends(tokens, ends[:-1], lambda t: model.tokenize(t, add_bos=True), text)
 
+    def message_end(self, model, messages: list[dict], k: int, tools: list | None, tokens: list[int]) -> int | None:
+        """The token count at which the first `k` messages end in `tokens` (the whole conversation's), or
+        None where their rendering is not a token prefix of it (a pin at the end of a message)."""
+        if not 0 < k <= len(messages):
+            return None
+        if self.template is not None:
+            head = self._tokens(model, self.render(model, messages[:k], False, tools), at_start=True)
+        else:
+            head = self.conversation_with_boundaries(model, messages[:k])[0]
+        return len(head) if 0 < len(head) <= len(tokens) and tokens[: len(head)] == head else None
+
 
 def paragraph_boundary(model, text: str, tokens: list[int]) -> list[int]:
     """A completion's one boundary: the token count after its last blank line ("\n\n"), where the text

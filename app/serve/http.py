@@ -37,6 +37,7 @@ from kvgraft.app.serve.openai_api import ApiError, CompletionRequest
 from kvgraft.app.serve.openai_shapes import engine_error as _engine_error
 from kvgraft.app.serve.worker import EngineWorker, Job, QueueFull
 from kvgraft.engine.constraint import Grammar, GrammarError, styled
+from kvgraft.library.tokens import tokens_sha256
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +222,7 @@ class Server:
 
     async def _job(self, req: CompletionRequest) -> tuple[Job, asyncio.Queue]:
         model = self.worker.service.engine.model
-        stops, boundaries, spec = req.stop, [], req.tools
+        stops, boundaries, spec, pins = req.stop, [], req.tools, ()
         if req.chat:
             fmt = ChatFormat.for_model(model)
             msgs = req.messages if req.prefill is None else req.messages[:-1]
@@ -237,6 +238,8 @@ class Server:
                 raise api.bad("messages", str(exc)) from None
             if not spec.constrained:  # under a grammar, the grammar ends the answer
                 stops = tuple(dict.fromkeys(stops + fmt.stops))
+            if any(m.get("_pins") for m in msgs):
+                pins = await run_in_threadpool(_pins, fmt, model, msgs, listed, tokens)
         else:
             tokens = await run_in_threadpool(model.tokenize, req.prompt, True)
             boundaries = await run_in_threadpool(paragraph_boundary, model, req.prompt, tokens)
@@ -264,6 +267,7 @@ class Server:
             top_logprobs=req.top_logprobs,
             strip=req.chat and req.prefill is None,
             grammar=grammar,
+            pins=pins,
             deadline=time.monotonic() + self.config.time_limit_s,
             # the ends of a chat's messages (the last one's too), or a completion's last blank line
             boundaries=(*boundaries, len(tokens)) if req.chat else tuple(boundaries),
@@ -290,6 +294,18 @@ class Server:
                 return surface.error(_engine_error(ev))
         self.metrics.decoded(ev[1]["completion_tokens"])
         return JSONResponse(surface.whole(self, req, ev[1], prep))
+
+
+def _pins(fmt: ChatFormat, model, msgs: list[dict], listed, tokens: list[int]) -> tuple:
+    """(name, length, ttl_s) of each pin the messages ask for: the prefix up to the end of the message
+    (cache_control: named by its tokens' SHA-256; prompt_cache_key: by the key)."""
+    out = []
+    for k, m in enumerate(msgs):
+        for name, ttl in m.get("_pins", ()):
+            end = fmt.message_end(model, msgs, k + 1, listed, tokens)
+            if end:
+                out.append((name or "cache_control:" + tokens_sha256(tokens[:end])[:16], end, ttl))
+    return tuple(out)
 
 
 def _grammar(model, spec: tools.ToolSpec) -> Grammar | None:

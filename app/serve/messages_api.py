@@ -14,9 +14,10 @@ as Anthropic's stream events (`message_start`, `content_block_start`, `content_b
     stop_sequences, temperature (0..1), top_p, stream, metadata (ignored)
     top_k                   refused (not applied here)
 
-`cache_control` on a block is accepted; the prompt cache keeps every prefix it stores across restarts
-either way (named pins are not built yet). Usage reports `cache_read_input_tokens` (the prompt tokens
-grafted or still warm) and `cache_creation_input_tokens` (0: states are stored after the answer).
+`cache_control` on a block pins the prefix up to the end of the message holding it (a system block: the
+system prompt) by name, kept across restarts past the cache budget for its time to live (library/
+cache_pins.py). Usage reports `cache_read_input_tokens` (the prompt tokens grafted or still warm) and
+`cache_creation_input_tokens` (the tokens of a pin this request stores for the first time).
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ def _messages(msgs) -> list[dict]:
             if calls:
                 msg["tool_calls"] = calls
             out.append(msg)
+        pin = next((b["cache_control"] for b in content if isinstance(b, dict) and b.get("cache_control")), None)
+        if pin is not None and out:  # the prefix up to the end of this message is pinned
+            out[-1]["cache_control"] = pin
     return out
 
 
@@ -131,6 +135,10 @@ def parse(body) -> api.CompletionRequest:
     chat: dict = {"model": body.get("model"), "max_tokens": body["max_tokens"], "stream": body.get("stream", False)}
     system = body.get("system")
     msgs = [{"role": "system", "content": _text(system, "system")}] if system else []
+    if isinstance(system, list):
+        pin = next((b["cache_control"] for b in system if isinstance(b, dict) and b.get("cache_control")), None)
+        if pin is not None:
+            msgs[0]["cache_control"] = pin
     chat["messages"] = msgs + _messages(body.get("messages"))
     for name in ("temperature", "top_p"):
         if body.get(name) is not None:
@@ -185,10 +193,11 @@ def _blocks(req, done: dict) -> tuple[list[dict], str, str | None]:
 
 
 def _usage(prep, done: dict | None) -> dict:
+    created = max((p["n_tokens"] for p in prep.pins if p["state"] == "pending"), default=0)
     return {
         "input_tokens": prep.prompt_tokens - prep.cached_tokens,
         "cache_read_input_tokens": prep.cached_tokens,
-        "cache_creation_input_tokens": 0,
+        "cache_creation_input_tokens": created,
         "output_tokens": done["completion_tokens"] if done else 0,
     }
 

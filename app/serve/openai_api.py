@@ -11,6 +11,7 @@ reply to continue (a prefilled start): the answer is what follows it.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from kvgraft.app.serve.api_errors import ApiError, bad
 from kvgraft.app.serve.tools import ToolSpec, parse_tools
 from kvgraft.engine.sampling import MAX_TOP_LOGPROBS, SamplingParams, TokenLogprob
+from kvgraft.library.cache_pins import DEFAULT_TTL_S
 
 __all__ = ["ApiError", "bad", "CompletionRequest", "parse_request"]
 
@@ -62,6 +64,32 @@ def _number(body: dict, name: str, lo: float, hi: float, default: float) -> floa
     if not isinstance(v, (int, float)) or isinstance(v, bool) or not lo <= v <= hi:
         raise bad(name, f"'{name}' must be a number between {lo} and {hi}, got {str(v)[:40]!r}")
     return float(v)
+
+
+def _ttl(cc, where: str) -> float:
+    """A `cache_control` object's time to live in seconds ({"type": "ephemeral", "ttl": "5m" | "1h" | ...})."""
+    if not isinstance(cc, dict) or cc.get("type") != "ephemeral":
+        raise bad(where, f"{where} must be {{type: ephemeral}} (with an optional ttl such as '1h')")
+    ttl = cc.get("ttl")
+    if ttl is None:
+        return DEFAULT_TTL_S
+    m = re.fullmatch(r"(\d+)([smhd])", ttl) if isinstance(ttl, str) else None
+    if not m or int(m.group(1)) == 0:
+        raise bad(f"{where}.ttl", f"{where}.ttl must be a duration such as '5m', '1h' or '7d'")
+    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def _pins(msg: dict, i: int) -> list:
+    """The pins a message asks for: `cache_control` on it or on one of its content parts (the prefix up to
+    the end of this message; named by its tokens when the request is tokenized)."""
+    out = []
+    if msg.get("cache_control") is not None:
+        out.append((None, _ttl(msg["cache_control"], f"messages[{i}].cache_control")))
+    if isinstance(msg.get("content"), list):
+        for j, part in enumerate(msg["content"]):
+            if isinstance(part, dict) and part.get("cache_control") is not None:
+                out.append((None, _ttl(part["cache_control"], f"messages[{i}].content[{j}].cache_control")))
+    return out
 
 
 def _content(msg: dict, i: int) -> str:
@@ -110,7 +138,16 @@ def parse_request(body, chat: bool) -> CompletionRequest:
             msg = {"role": role, "content": _content(m, i)}
             if role == "assistant" and m.get("tool_calls"):
                 msg["tool_calls"] = _tool_calls(m["tool_calls"], i)
+            if pins := _pins(m, i):
+                msg["_pins"] = pins
             req.messages.append(msg)
+        key = body.get("prompt_cache_key")
+        if key is not None:
+            if not isinstance(key, str) or not 0 < len(key) <= 200:
+                raise bad("prompt_cache_key", "'prompt_cache_key' must be a string of 1 to 200 characters")
+            last_user = max((k for k, m in enumerate(req.messages) if m["role"] == "user"), default=0)
+            if last_user > 0:  # the prefix up to the end of the last message before the final user turn
+                req.messages[last_user - 1].setdefault("_pins", []).append((key, DEFAULT_TTL_S))
         req.tools = parse_tools(body)
         last = req.messages[-1]
         if last["role"] == "assistant":

@@ -77,6 +77,7 @@ class Prepared:
     prefill_ms: float = 0.0
     tokens_prefilled: int = 0
     stores_queued: list[int] = field(default_factory=list)  # the lengths captured for storing
+    pins: list[dict] = field(default_factory=list)  # the request's named pins: {name, n_tokens, state}
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -118,6 +119,7 @@ class PromptCache:
         self._stored = 0
         self._continues = False  # the last prompt continued a conversation: its reply's state is worth storing
         self._deferred = 0  # the warm context's length whose state is to be captured in idle time (0: none)
+        self._must_store: set[tuple[int, ...]] = set()  # captured for a pin: never dropped as served by a longer one
         self.last_prefilled = 0  # tokens the last request prefilled (the worker stores at once after a long one)
         self.last_size = (0, 0)  # (states, bytes) of automatic states, as of the last store: read by /metrics
         self.evict()  # a budget smaller than what an earlier run stored applies at once
@@ -151,11 +153,13 @@ class PromptCache:
         on_progress: Callable[[int, int], None] | None = None,
         boundaries: Sequence[int] = (),
         continues: bool = False,
+        pins: Sequence[tuple[str, int, float]] = (),
     ) -> Prepared:
         """Get `tokens` into the context (see the module doc); `boundaries`: where the prompt's messages
         end (token counts), states worth storing; `continues`: the prompt holds an earlier reply (a
-        chat's assistant message). `on_progress(done, total)` after each call may raise Cancelled. On
-        any error the warm context is dropped (the next request starts cold)."""
+        chat's assistant message); `pins`: (name, length, ttl_s) prefixes to pin by name (library/cache_pins.py),
+        their states captured on the way where none is stored. `on_progress(done, total)` after each call
+        may raise Cancelled. On any error the warm context is dropped (the next request starts cold)."""
         n = len(tokens)
         if n == 0:
             raise DecodeError("the prompt is empty")
@@ -167,8 +171,9 @@ class PromptCache:
         try:
             prep = Prepared(prompt_tokens=n, cached_tokens=0, source="cold")
             t0 = time.perf_counter()
+            force = self._pin(tokens, pins, prep)
             if self.invariant:
-                start = self._prepare_invariant(tokens, on_progress, boundaries, continues, prep)
+                start = self._prepare_invariant(tokens, on_progress, boundaries, continues, prep, force)
             else:
                 start = prepare_aligned(self, tokens, on_progress, prep)
             self._trusted = True
@@ -184,7 +189,22 @@ class PromptCache:
         return prep
 
     # -- the invariant path ---------------------------------------------------------------------
-    def _prepare_invariant(self, tokens: list[int], on_progress, boundaries, continues: bool, prep: Prepared) -> int:
+    def _pin(self, tokens: list[int], pins, prep: Prepared) -> set[int]:
+        """Pin each named prefix; the lengths whose state is not stored yet (to capture on the way)."""
+        force = set()
+        for name, length, ttl in pins:
+            if not 0 < length <= len(tokens):
+                continue
+            pin = self.library.pin_prefix(name, tokens[:length], ttl)
+            if pin.entry_id is None and self.budget_bytes > 0:
+                force.add(length)
+                self._must_store.add(tuple(tokens[:length]))
+            prep.pins.append({"name": name, "n_tokens": length, "state": pin.state})
+        return force
+
+    def _prepare_invariant(
+        self, tokens: list[int], on_progress, boundaries, continues: bool, prep: Prepared, force=frozenset()
+    ) -> int:
         n, s = len(tokens), self.session
         held = shared_prefix(s.tokens, tokens) if self._trusted else 0
         if self._deferred:  # the last reply's state, not captured yet: superseded if this prompt goes on from it
@@ -214,7 +234,7 @@ class PromptCache:
         points = [*boundaries] if boundaries else [last_block, *([n] if n < self.block else [])]
         if held > self._prompt_n:
             points = []
-        keep = sorted(self._new_points(points, start, n))
+        keep = sorted(self._new_points(points, start, n) | {p for p in force if start <= p <= n})
         if keep and keep[0] == start:  # the context holds it already: captured before going on
             self.queue_capture(prep, 0)
         at = start
@@ -311,7 +331,9 @@ class PromptCache:
 
     def _queue(self, point: int, data: bytearray, tokens: tuple[int, ...], block: int) -> None:
         if not block:  # a waiting state the new one serves exactly is not stored twice (deduplicated by prefix)
-            self._pending = deque(p for p in self._pending if p[3] or not self._serves(tokens, p[2]))
+            self._pending = deque(
+                p for p in self._pending if p[3] or p[2] in self._must_store or not self._serves(tokens, p[2])
+            )
         self._pending.append((point, data, tokens, block))
         while len(self._pending) > MAX_PENDING:
             self._pending.popleft()
@@ -327,6 +349,7 @@ class PromptCache:
         if not self._pending:
             return False
         _, data, tokens, block = self._pending.popleft()
+        self._must_store.discard(tokens)
         snap = snapshot_of(self.engine, data, tokens)
         schedule = schedule_of(self.engine)
         calls = aligned_calls(len(tokens), block) if block else []

@@ -127,7 +127,7 @@ def parser(server):
             "messages": system + history + new,
             "stream": body.get("stream", False),
         }
-        for name in ("temperature", "top_p", "parallel_tool_calls", "tool_choice"):
+        for name in ("temperature", "top_p", "parallel_tool_calls", "tool_choice", "prompt_cache_key"):
             if body.get(name) is not None:
                 chat[name] = body[name]
         tc = body.get("tool_choice")

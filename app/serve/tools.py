@@ -213,19 +213,24 @@ def generic(messages: list[dict], spec: ToolSpec) -> list[dict]:
             messages = messages[1:]
         out.append({"role": "system", "content": system})
     for m in messages:
+        pins = list(m.get("_pins", ()))
         if m["role"] == "tool":
             text = f"<tool_response>\n{m['content']}\n</tool_response>"
             if out and out[-1]["role"] == "user" and out[-1].get("_tool"):
                 out[-1]["content"] += "\n" + text
+                out[-1]["_pins"] += pins
             else:
-                out.append({"role": "user", "content": text, "_tool": True})
+                out.append({"role": "user", "content": text, "_tool": True, "_pins": pins})
             continue
         if m.get("tool_calls"):
             written = "\n".join(call_text(c["name"], c["arguments"]) for c in m["tool_calls"])
-            out.append({"role": "assistant", "content": (m["content"] + "\n" if m["content"] else "") + written})
+            content = (m["content"] + "\n" if m["content"] else "") + written
+            out.append({"role": "assistant", "content": content, "_pins": pins})
             continue
-        out.append({"role": m["role"], "content": m["content"]})
-    return [{"role": m["role"], "content": m["content"]} for m in out]
+        out.append({"role": m["role"], "content": m["content"], "_pins": pins})
+    return [
+        {"role": m["role"], "content": m["content"], **({"_pins": m["_pins"]} if m.get("_pins") else {})} for m in out
+    ]
 
 
 def call_text(name: str, arguments: dict) -> str:

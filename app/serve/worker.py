@@ -53,6 +53,7 @@ class Job:
     boundaries: tuple[int, ...] = ()  # where the prompt's messages end (token counts): states worth storing
     continues: bool = False  # the prompt holds an earlier reply (a chat's assistant message)
     grammar: object = None  # engine.constraint.Grammar the answer is held to (tools, response_format)
+    pins: tuple = ()  # (name, length, ttl_s): prefixes a client asked to keep (library/cache_pins.py)
 
 
 class JobQueue:
@@ -183,7 +184,9 @@ def serve_job(cache: PromptCache, job: Job) -> None:
             raise Cancelled("the request's time limit")
 
     try:
-        prep = cache.prepare(job.tokens, on_progress=check, boundaries=job.boundaries, continues=job.continues)
+        prep = cache.prepare(
+            job.tokens, on_progress=check, boundaries=job.boundaries, continues=job.continues, pins=job.pins
+        )
     except ContextLengthExceeded as exc:
         job.emit(("error", "context_length_exceeded", str(exc)))
         return
