@@ -31,7 +31,8 @@ def _wait(home, check, timeout=30.0):
             return got
         time.sleep(0.3)
     with Library(home) as lib:
-        raise AssertionError(f"timed out: pins {lib.cache_pins()}, entries {[(e.id, e.n_tokens) for e in lib.entries()]}")
+        held = [(e.id, e.n_tokens) for e in lib.entries()]
+        raise AssertionError(f"timed out: pins {lib.cache_pins()}, entries {held}")
 
 
 def _cli(home, *args) -> subprocess.CompletedProcess:
