@@ -151,12 +151,14 @@ def test_responses_function_call_streamed_and_whole(oai):
 def test_responses_text_streams_as_the_whole_answer(oai):
     kw = dict(model="any", input="Name three colors.", max_output_tokens=16)
     whole = oai.responses.create(**kw)
-    deltas = []
+    deltas, final = [], None
     with oai.responses.stream(**kw) as s:
         for ev in s:
             if ev.type == "response.output_text.delta":
                 deltas.append(ev.delta)
-        final = s.get_final_response()
+            elif ev.type in ("response.completed", "response.incomplete"):  # incomplete: max_output_tokens
+                final = ev.response
+                assert final.status == whole.status == ev.type.split(".")[1]
     assert "".join(deltas) == final.output_text == whole.output_text
 
 

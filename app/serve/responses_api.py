@@ -360,7 +360,8 @@ async def stream(server, req, job, events):
                     )
                     yield event("response.output_item.done", output_index=k, item=o)
                 _store(server, req, rid, output)
-                yield event("response.completed", response=_body(server, req, rid, output, "completed", prep, done))
+                final = _body(server, req, rid, output, "completed", prep, done)
+                yield event(f"response.{final['status']}", response=final)  # completed, or incomplete
                 return
     finally:
         job.cancel.set()
