@@ -255,6 +255,8 @@ def parse_answer(text: str, spec: ToolSpec) -> Parsed:
     at = text.find(OPEN)
     if at < 0:
         bare = FENCE.sub(r"\1", text.strip())
+        if bare.startswith("{{") and bare.endswith("}}"):  # Qwen2.5's template shows a call as {{...}}
+            bare = bare[1:-1]
         try:
             obj = json.loads(bare)
         except ValueError:
@@ -266,10 +268,16 @@ def parse_answer(text: str, spec: ToolSpec) -> Parsed:
     while i < len(text):  # tags, each around one JSON object, with nothing but whitespace between them
         if not text.startswith(OPEN, i):
             return Parsed(text, [])
+        j = _skip_space(text, i + len(OPEN))
+        doubled = text.startswith("{{", j)  # Qwen2.5's template shows a call as {{...}}
         try:
-            obj, i = decoder.raw_decode(text, _skip_space(text, i + len(OPEN)))
+            obj, i = decoder.raw_decode(text, j + doubled)
         except ValueError:
             return Parsed(text, [])
+        if doubled:
+            if not text.startswith("}", i):
+                return Parsed(text, [])
+            i += 1
         i = _skip_space(text, i)
         call = _call(obj, names)
         if call is None or not text.startswith(CLOSE, i):  # not a declared tool's call, or cut off
