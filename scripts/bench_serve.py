@@ -66,8 +66,8 @@ TURNS = [f"Tell me one more thing about part {i + 1} of the text." for i in rang
 
 
 class LlamaServer:
-    def __init__(self, binary: str, model: Path, n_ctx: int, threads: int) -> None:
-        self.binary, self.model, self.n_ctx, self.threads = binary, model, n_ctx, threads
+    def __init__(self, binary: str, model: Path, n_ctx: int, threads: int, extra: tuple = ()) -> None:
+        self.binary, self.model, self.n_ctx, self.threads, self.extra = binary, model, n_ctx, threads, tuple(extra)
         self.port = free_port()
         self.proc = None
         self.log = Path(tempfile.mkdtemp()) / "llama-server.log"
@@ -94,6 +94,7 @@ class LlamaServer:
             "--port",
             str(self.port),
             "--no-repack",  # as kvgraft loads models: no extra CPU buffer types (the AMX path crashes: SIGILL here)
+            *self.extra,
         ]
         self._log = open(self.log, "w")  # noqa: SIM115
         self.proc = guarded_popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)  # dies with this script

@@ -271,7 +271,9 @@ class Server:
             deadline=time.monotonic() + self.config.time_limit_s,
             # the ends of a chat's messages (the last one's too), or a completion's last blank line
             boundaries=(*boundaries, len(tokens)) if req.chat else tuple(boundaries),
-            continues=req.chat and any(m["role"] == "assistant" for m in req.messages),
+            # a conversation: its reply's state is worth storing (a stored response will be gone on from)
+            continues=req.chat
+            and (any(m["role"] == "assistant" for m in req.messages) or bool(req.extra.get("store"))),
         )
         return job, events
 
