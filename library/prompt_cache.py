@@ -89,7 +89,7 @@ class PromptCacheRecords:
             existing, pending = self.stage_entry(staging, kind=CACHE, proof=LOCAL, **entry)
             if existing is not None:
                 self.touch_cache_state(existing.id)
-                self.attach_pins(existing.id, entry["tokens"])
+                self.attach_pins(existing.id, entry["tokens"], entry["fingerprint"])
                 return existing, False
             with staging.commit() as db:
                 entry_id, written = self.write_staged(pending)
@@ -99,7 +99,7 @@ class PromptCacheRecords:
                 )
                 if block == 0 and written != PRESENT:
                     _key_grains(db, entry_id, entry["tokens"])
-        self.attach_pins(entry_id, entry["tokens"])
+        self.attach_pins(entry_id, entry["tokens"], entry["fingerprint"])
         return self.get(entry_id), True
 
     def touch_cache_state(self, entry_id: int) -> None:
@@ -143,6 +143,7 @@ class PromptCacheRecords:
         use, unpinned conversation states by when they were made), and the blobs only they held, until
         those blobs fit `budget_bytes`. Returns (states removed, bytes freed)."""
         removed = freed = 0
+        self.trim_pins()  # pins past their time, and past MAX_PINS the soonest to end, go (their states are budgeted)
         while True:
             _, size = self.cache_bytes()
             if size <= budget_bytes:

@@ -270,12 +270,14 @@ def m013_remotes(db: Database) -> None:
 @migrations()
 def m014_cache_pins(db: Database) -> None:
     """Named cache pins (library/cache_pins.py): a prefix kept by name, its tokens' SHA-256 and count, the
-    cache state that holds it once stored, its time to live and when it ends (epoch seconds)."""
+    engine fingerprint its state must have, the cache state that holds it once stored, its time to live
+    and when it ends (epoch seconds)."""
     db["cache_pins"].create(
         {
             "name": str,
             "tokens_sha256": str,
             "n_tokens": int,
+            "fingerprint": str,
             "entry_id": int,
             "ttl_s": float,
             "created_at": float,

@@ -155,3 +155,26 @@ def test_a_prefilled_reply_with_tools_or_a_schema_is_refused():
             parse_request({"messages": msgs, **extra}, chat=True)
         assert err.value.param == "messages"
     assert parse_request({"messages": msgs}, chat=True).prefill == '{"a": '
+
+
+def test_cache_control_and_prompt_cache_key_mark_the_messages_they_pin():
+    msgs = [
+        {
+            "role": "system",
+            "content": [{"type": "text", "text": "S", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+        },
+        {"role": "user", "content": "one"},
+        {"role": "assistant", "content": "two"},
+        {"role": "user", "content": "three"},
+    ]
+    req = parse_request({"messages": msgs, "prompt_cache_key": "k"}, chat=True)
+    assert req.messages[0]["_pins"] == [(None, 3600)] and req.messages[2]["_pins"] == [("k", 86400)]
+    spec = parse_request(BODY, chat=True).tools
+    assert tools.generic(req.messages, spec)[0]["_pins"] == [(None, 3600)]  # kept on the system with the tools
+    for ttl in ("1000000000000000d", "0m", "5 minutes", 5, "31d"):
+        bad_ttl = [{**msgs[1], "cache_control": {"type": "ephemeral", "ttl": ttl}}]
+        with pytest.raises(ApiError) as err:
+            parse_request({"messages": bad_ttl}, chat=True)
+        assert err.value.param == "messages[0].cache_control.ttl"
+    with pytest.raises(ApiError):
+        parse_request({"messages": msgs, "prompt_cache_key": 5}, chat=True)

@@ -304,7 +304,10 @@ def _pins(fmt: ChatFormat, model, msgs: list[dict], listed, tokens: list[int]) -
     out = []
     for k, m in enumerate(msgs):
         for name, ttl in m.get("_pins", ()):
-            end = fmt.message_end(model, msgs, k + 1, listed, tokens)
+            try:
+                end = fmt.message_end(model, msgs, k + 1, listed, tokens)
+            except ChatFormatError:  # a template that cannot render this part alone: no pin here
+                end = None
             if end:
                 out.append((name or "cache_control:" + tokens_sha256(tokens[:end])[:16], end, ttl))
     return tuple(out)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from kvgraft.app.serve.api_errors import ApiError, bad
 from kvgraft.app.serve.tools import ToolSpec, parse_tools
 from kvgraft.engine.sampling import MAX_TOP_LOGPROBS, SamplingParams, TokenLogprob
-from kvgraft.library.cache_pins import DEFAULT_TTL_S
+from kvgraft.library.cache_pins import DEFAULT_TTL_S, MAX_TTL_S
 
 __all__ = ["ApiError", "bad", "CompletionRequest", "parse_request"]
 
@@ -73,10 +73,11 @@ def _ttl(cc, where: str) -> float:
     ttl = cc.get("ttl")
     if ttl is None:
         return DEFAULT_TTL_S
-    m = re.fullmatch(r"(\d+)([smhd])", ttl) if isinstance(ttl, str) else None
-    if not m or int(m.group(1)) == 0:
-        raise bad(f"{where}.ttl", f"{where}.ttl must be a duration such as '5m', '1h' or '7d'")
-    return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    m = re.fullmatch(r"(\d{1,7})([smhd])", ttl) if isinstance(ttl, str) else None
+    seconds = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)] if m else 0
+    if not 0 < seconds <= MAX_TTL_S:
+        raise bad(f"{where}.ttl", f"{where}.ttl must be a duration such as '5m', '1h' or '7d' (at most 30 days)")
+    return seconds
 
 
 def _pins(msg: dict, i: int) -> list:

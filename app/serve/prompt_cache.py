@@ -195,10 +195,9 @@ class PromptCache:
         for name, length, ttl in pins:
             if not 0 < length <= len(tokens):
                 continue
-            pin = self.library.pin_prefix(name, tokens[:length], ttl)
-            if pin.entry_id is None and self.budget_bytes > 0:
+            pin = self.library.pin_prefix(name, tokens[:length], self.engine.fingerprint, ttl)
+            if pin.entry_id is None and self.budget_bytes > 0 and self.invariant:
                 force.add(length)
-                self._must_store.add(tuple(tokens[:length]))
             prep.pins.append({"name": name, "n_tokens": length, "state": pin.state})
         return force
 
@@ -214,6 +213,11 @@ class PromptCache:
         self._continues = continues or held > self._prompt_n  # it holds the last prompt and some of its reply
         warm = min(held, n - 1)
         found, use, self._stored = self._from_library(tokens)
+        if force:  # a pinned prefix not stored yet must be computed here: reuse no further than its end
+            cap = min(force)
+            warm = min(warm, cap)
+            if found is not None and use > cap:
+                use = cap if self.usable(found, cap, n) >= cap else 0
         if found is not None and use > warm:
             start = self.graft_entry(found, prep)
             if use < start:
@@ -234,7 +238,9 @@ class PromptCache:
         points = [*boundaries] if boundaries else [last_block, *([n] if n < self.block else [])]
         if held > self._prompt_n:
             points = []
-        keep = sorted(self._new_points(points, start, n) | {p for p in force if start <= p <= n})
+        forced = {p for p in force if start <= p <= n}
+        self._must_store |= {tuple(tokens[:p]) for p in forced}
+        keep = sorted(self._new_points(points, start, n) | forced)
         if keep and keep[0] == start:  # the context holds it already: captured before going on
             self.queue_capture(prep, 0)
         at = start
@@ -336,7 +342,7 @@ class PromptCache:
             )
         self._pending.append((point, data, tokens, block))
         while len(self._pending) > MAX_PENDING:
-            self._pending.popleft()
+            self._must_store.discard(self._pending.popleft()[2])
             self.counters.dropped += 1
 
     def store_one(self) -> bool:
@@ -390,5 +396,6 @@ class PromptCache:
             self._session.close()
         self._session = None
         self._deferred = 0
+        self._must_store = {t for t in self._must_store if any(p[2] == t for p in self._pending)}
         self._trusted = False
         self.held_points = []

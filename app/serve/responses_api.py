@@ -23,6 +23,7 @@ stream events the official client reads (`response.created` ... `response.output
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import tempfile
@@ -34,6 +35,7 @@ from kvgraft.app.serve.api_errors import bad
 from kvgraft.app.serve.openai_shapes import engine_error
 
 RESPONSE_ID = re.compile(r"resp_[0-9a-f]{24}")
+log = logging.getLogger(__name__)
 
 
 def _dir(server) -> Path:
@@ -106,8 +108,11 @@ def load(server, rid) -> list[dict]:
         raise bad("previous_response_id", f"{str(rid)[:40]!r} is not a response id")
     path = _dir(server) / f"{rid}.json"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))["messages"]
-    except (OSError, ValueError, KeyError):
+        messages = json.loads(path.read_text(encoding="utf-8"))["messages"]
+        if not isinstance(messages, list):
+            raise ValueError(rid)
+        return messages
+    except (OSError, ValueError, KeyError, TypeError):
         raise bad("previous_response_id", f"no stored response {rid}", "not_found") from None
 
 
@@ -249,11 +254,17 @@ def _store(server, req, rid: str, output: list) -> None:
             else:
                 said.append({"role": "assistant", "content": None, "tool_calls": [call]})
     folder = _dir(server)
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump({"messages": req.extra["messages"] + said}, fh)
-    os.replace(tmp, folder / f"{rid}.json")  # whole or absent, never half-written
+    tmp = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-", suffix=".json")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump({"messages": req.extra["messages"] + said}, fh)
+        os.replace(tmp, folder / f"{rid}.json")  # whole or absent, never half-written
+    except OSError as exc:  # the answer stands; a later previous_response_id to it is a 400
+        log.warning("response %s was not stored: %s", rid, exc)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
 
 
 def _new_id() -> str:
@@ -279,14 +290,14 @@ async def stream(server, req, job, events):
 
     text, shown, prep, item_id, opened = "", "", None, api.new_id("msg"), False
     message = {"type": "message", "id": item_id, "status": "in_progress", "role": "assistant", "content": []}
+    head = _body(server, req, rid, [], "in_progress", None, None)
     try:
+        yield event("response.created", response=head)  # at once: the prompt is read after
+        yield event("response.in_progress", response=head)
         while True:
             ev = await events.get()
             if ev[0] == "prepared":
                 prep = ev[1]
-                head = _body(server, req, rid, [], "in_progress", prep, None)
-                yield event("response.created", response=head)
-                yield event("response.in_progress", response=head)
             elif ev[0] == "text":
                 text += ev[1]
                 cut = tools.held_back(text) if req.tools.active else len(text)
@@ -308,7 +319,8 @@ async def stream(server, req, job, events):
                     shown = text[:cut]
             elif ev[0] == "error":
                 exc = engine_error(ev)
-                yield event("error", code=exc.code, message=exc.message, param=None)
+                failed = {**head, "status": "failed", "error": {"code": exc.code, "message": exc.message}}
+                yield event("response.failed", response=failed)
                 return
             elif ev[0] == "done":
                 done = ev[1]

@@ -208,10 +208,12 @@ def generic(messages: list[dict], spec: ToolSpec) -> list[dict]:
     if spec.active:
         listed = "\n".join(json.dumps(t, ensure_ascii=False) for t in spec.tools)
         system = GENERIC.format(tools=listed)
+        pins = []
         if messages and messages[0]["role"] == "system":
             system = messages[0]["content"] + "\n\n" + system
+            pins = list(messages[0].get("_pins", ()))  # a pin on the system prompt: now on the one holding the tools
             messages = messages[1:]
-        out.append({"role": "system", "content": system})
+        out.append({"role": "system", "content": system, "_pins": pins})
     for m in messages:
         pins = list(m.get("_pins", ()))
         if m["role"] == "tool":

@@ -138,6 +138,10 @@ class EngineWorker(JobQueue):
             self.busy = True
             try:
                 self._serve(job)
+            except Exception as exc:  # noqa: BLE001 (one request's failure must not stop the engine thread)
+                log.exception("a request failed")
+                cache.close_session()
+                job.emit(("error", "engine_error", f"internal error ({type(exc).__name__})"))
             finally:
                 self.busy = False
             # the response is out: a client that sends its next request at once must not wait for a store,
