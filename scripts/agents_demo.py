@@ -11,7 +11,6 @@ stops it after. The README quotes its output on the known 1.5B instruct model (`
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -19,7 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts.tools_demo import start  # noqa: E402 (the same server start)
+from scripts.tools_demo import served  # noqa: E402 (the same server start)
 
 WEATHER = {
     "type": "object",
@@ -91,22 +90,10 @@ def agent(base: str) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="qwen2.5-coder-1.5b", help="a GGUF file or a known model")
-    ap.add_argument("--url", help="a running server's base URL (then --model is not used)")
-    args = ap.parse_args()
-    proc, base = None, args.url
-    if base is None:
-        proc, v1 = start(args.model)
-        base = v1[: -len("/v1")]
-    try:
+    with served(__doc__) as base:
         responses(base)
         messages(base)
         agent(base)
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(120)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """A tool call and a structured answer from `kvgraft serve`, with the official `openai` client.
 
-    python scripts/tools_demo.py [--model qwen2.5-coder-1.5b] [--url http://127.0.0.1:8080/v1]
+    python scripts/tools_demo.py [--model qwen2.5-coder-1.5b] [--url http://127.0.0.1:8080]
 
 Without --url it starts `kvgraft serve --model MODEL` on a free loopback port (a fresh data dir in the
 temp dir), runs the three requests below and stops it. The README quotes its output on the known
@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 
 import httpx
 from openai import OpenAI
@@ -128,21 +129,28 @@ def run(client: OpenAI) -> None:
         print(f"   valid against the schema: False ({exc})")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+@contextmanager
+def served(doc: str):
+    """The demo's server: --url's, or `kvgraft serve --model MODEL` started for the demo and stopped after.
+    Yields the base URL (no /v1)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--model", default="qwen2.5-coder-1.5b", help="a GGUF file or a known model")
-    ap.add_argument("--url", help="a running server's /v1 URL (then --model is not used)")
+    ap.add_argument("--url", help="a running server's base URL, e.g. http://127.0.0.1:8080 (then --model is unused)")
     args = ap.parse_args()
-    proc = None
-    url = args.url
-    if url is None:
-        proc, url = start(args.model)
+    if args.url:
+        yield args.url.rstrip("/").removesuffix("/v1")
+        return
+    proc, v1 = start(args.model)
     try:
-        run(OpenAI(base_url=url, api_key="unused", timeout=600))
+        yield v1.removesuffix("/v1")
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(120)
+        proc.terminate()
+        proc.wait(120)
+
+
+def main() -> None:
+    with served(__doc__) as base:
+        run(OpenAI(base_url=base + "/v1", api_key="unused", timeout=600))
 
 
 if __name__ == "__main__":

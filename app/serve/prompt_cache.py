@@ -46,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 from kvgraft.app.proof.replay import schedule_of
+from kvgraft.app.serve.pins import pin_prefixes
 from kvgraft.app.serve.schedule import BLOCK, aligned_calls, prepare_aligned
 from kvgraft.app.service import LibraryService, model_record
 from kvgraft.engine.compaction import dead_cells
@@ -171,7 +172,7 @@ class PromptCache:
         try:
             prep = Prepared(prompt_tokens=n, cached_tokens=0, source="cold")
             t0 = time.perf_counter()
-            force = self._pin(tokens, pins, prep)
+            force = pin_prefixes(self, tokens, pins, prep)
             if self.invariant:
                 start = self._prepare_invariant(tokens, on_progress, boundaries, continues, prep, force)
             else:
@@ -189,18 +190,6 @@ class PromptCache:
         return prep
 
     # -- the invariant path ---------------------------------------------------------------------
-    def _pin(self, tokens: list[int], pins, prep: Prepared) -> set[int]:
-        """Pin each named prefix; the lengths whose state is not stored yet (to capture on the way)."""
-        force = set()
-        for name, length, ttl in pins:
-            if not 0 < length <= len(tokens):
-                continue
-            pin = self.library.pin_prefix(name, tokens[:length], self.engine.fingerprint, ttl)
-            if pin.entry_id is None and self.budget_bytes > 0 and self.invariant:
-                force.add(length)
-            prep.pins.append({"name": name, "n_tokens": length, "state": pin.state})
-        return force
-
     def _prepare_invariant(
         self, tokens: list[int], on_progress, boundaries, continues: bool, prep: Prepared, force=frozenset()
     ) -> int:
