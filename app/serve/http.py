@@ -251,7 +251,7 @@ class Server:
                 param="messages" if req.chat else "prompt",
                 code="context_length_exceeded",
             )
-        grammar = await run_in_threadpool(_grammar, model, spec)
+        grammar = await run_in_threadpool(_grammar, model, spec) if spec.constrained else None
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
@@ -314,18 +314,18 @@ def _pins(fmt: ChatFormat, model, msgs: list[dict], listed, tokens: list[int]) -
 
 
 def _grammar(model, spec: tools.ToolSpec) -> Grammar | None:
-    """The grammar the answer is held to, compiled against the model's vocabulary (the first one builds
-    llguidance's view of it: about 2 s for 262K tokens); a schema that does not compile is a 400."""
-    if spec.json_schema is not None:
-        try:
-            Grammar.json_schema(model, spec.json_schema)
-        except GrammarError as exc:
-            message = f"the response_format schema does not compile: {exc}"
-            raise api.bad("response_format", message, "invalid_schema") from None
+    """The grammar the answer is held to, compiled once against the model's vocabulary (the first one
+    builds llguidance's view of it: about 2 s for 262K tokens); a schema that does not compile is a 400
+    naming response_format or tools, whichever holds it."""
     try:
-        lark = tools.grammar_lark(spec, styled)
-        return None if lark is None else Grammar.lark(model, lark)
+        return Grammar.lark(model, tools.grammar_lark(spec, styled))
     except GrammarError as exc:
+        try:  # which part failed: the response_format schema alone, or else a tool's parameters
+            if spec.json_schema is not None:
+                Grammar.json_schema(model, spec.json_schema)
+        except GrammarError as own:
+            message = f"the response_format schema does not compile: {own}"
+            raise api.bad("response_format", message, "invalid_schema") from None
         raise api.bad("tools", f"a tool's parameters do not compile: {exc}", "invalid_schema") from None
 
 

@@ -149,16 +149,7 @@ def parse(body) -> api.CompletionRequest:
     if body.get("stop_sequences") is not None:
         chat["stop"] = body["stop_sequences"]
     if body.get("tools") is not None:
-        if not isinstance(body["tools"], list):
-            raise bad("tools", "'tools' must be a list of {name, description, input_schema}")
-        chat["tools"] = []
-        for i, t in enumerate(body["tools"]):
-            if not isinstance(t, dict):
-                raise bad(f"tools[{i}]", f"tools[{i}] must be {{name, description, input_schema}}")
-            f = {"name": t.get("name"), "parameters": t.get("input_schema")}
-            if t.get("description") is not None:
-                f["description"] = t["description"]
-            chat["tools"].append({"type": "function", "function": f})
+        chat["tools"] = tools.as_chat_tools(body["tools"], "input_schema", typed=False)
     choice, parallel = _tool_choice(body.get("tool_choice"))
     if choice is not None:
         chat["tool_choice"] = choice

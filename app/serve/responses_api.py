@@ -141,14 +141,7 @@ def parser(server):
         if body.get("max_output_tokens") is not None:
             chat["max_tokens"] = body["max_output_tokens"]
         if body.get("tools") is not None:
-            if not isinstance(body["tools"], list):
-                raise bad("tools", "'tools' must be a list of {type: function, name, parameters}")
-            chat["tools"] = []
-            for i, t in enumerate(body["tools"]):
-                if not isinstance(t, dict) or t.get("type") != "function":
-                    raise bad(f"tools[{i}]", f"tools[{i}]: only function tools are supported")
-                f = {k: t[k] for k in ("name", "description", "parameters") if t.get(k) is not None}
-                chat["tools"].append({"type": "function", "function": f})
+            chat["tools"] = tools.as_chat_tools(body["tools"], "parameters", typed=True)
         rf = _format(body.get("text"))
         if rf is not None:
             chat["response_format"] = rf

@@ -111,6 +111,23 @@ def parse_tools(body: dict) -> ToolSpec:
     return spec
 
 
+def as_chat_tools(raw, schema_key: str, typed: bool) -> list[dict]:
+    """A flat tool list as chat tools: the Responses API's `{type: function, name, description, parameters}`
+    (`typed`) or the Messages API's `{name, description, input_schema}`; checked later by `parse_tools`."""
+    shape = ("type: function, " if typed else "") + f"name, description, {schema_key}"
+    if not isinstance(raw, list):
+        raise bad("tools", f"'tools' must be a list of {{{shape}}}")
+    out = []
+    for i, t in enumerate(raw):
+        if not isinstance(t, dict) or (typed and t.get("type") != "function"):
+            raise bad(f"tools[{i}]", f"tools[{i}] must be {{{shape}}}: only function tools are supported")
+        f = {"name": t.get("name"), "parameters": t.get(schema_key)}
+        if t.get("description") is not None:
+            f["description"] = t["description"]
+        out.append({"type": "function", "function": f})
+    return out
+
+
 def _tool(t, i: int) -> dict:
     where = f"tools[{i}]"
     if not isinstance(t, dict) or t.get("type", "function") != "function" or not isinstance(t.get("function"), dict):
