@@ -74,10 +74,11 @@ class BlobStore(ObjectStore):
         check_sha(sha256)
         return self.root / sha256[:2] / sha256
 
-    def exists(self, sha256: str) -> bool:
+    # -- the ObjectStore interface (library/stores.py): one vocabulary for every store ----------
+    def contains(self, sha256: str) -> bool:
         return self.path(sha256).is_file()
 
-    def size(self, sha256: str) -> int | None:
+    def stored_size(self, sha256: str) -> int | None:
         try:
             return self.path(sha256).stat().st_size
         except FileNotFoundError:
@@ -238,15 +239,8 @@ class BlobStore(ObjectStore):
         """The blob's file exactly as stored (container or plain), unchecked: for packs."""
         return self.path(sha256).read_bytes()
 
-    # -- the ObjectStore interface (library/stores.py) -------------------------------------------
-    def contains(self, sha256: str) -> bool:
-        return self.exists(sha256)
-
-    def stored_size(self, sha256: str) -> int | None:
-        return self.size(sha256)
-
     def get_stored(self, sha256: str, limit: int | None = None) -> bytes:
-        size = self.size(sha256)
+        size = self.stored_size(sha256)
         if limit is not None and size is not None and size > limit:
             raise BlobCorrupt(f"blob {sha256[:16]}... is {size:,} bytes, more than the {limit:,} declared")
         try:
@@ -260,9 +254,6 @@ class BlobStore(ObjectStore):
         """Store a container as it is, once it decodes to bytes hashing to its address."""
         canonical, _ = container.decode_checked(data, sha256)
         return self.put_container(sha256, data, len(canonical)).written
-
-    def iter_shas(self) -> Iterator[str]:
-        return self.iter_blobs()
 
     def _file_digests(self, path: Path) -> bytes:
         out = []
@@ -292,7 +283,7 @@ class BlobStore(ObjectStore):
         return None
 
     # -- listing and removal -------------------------------------------------------------------
-    def iter_blobs(self) -> Iterator[str]:
+    def iter_shas(self) -> Iterator[str]:
         for sub in sorted(self.root.iterdir()):
             if sub.is_dir() and len(sub.name) == 2:
                 for f in sorted(sub.iterdir()):

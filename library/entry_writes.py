@@ -1,7 +1,7 @@
 """Writing entries. Mixed into `Library`: the one way an entry row reaches the index.
 
 Every writer goes through here: a deposit (`add_entry`), a document's sections (library/sources.py),
-a pack import (library/importer.py) and a rebuild (`entry_batch`). `entry_row` makes the row from an
+a pack import or a pull (library/admission.py) and a rebuild (`entry_batch`). `entry_row` makes the row from an
 entry's facts and `write_entry_row` writes it inside a write transaction, after its blob's row:
 
 - an intact twin (same tokens, fingerprint, kind, question and answer) that is proven, or any intact
@@ -130,7 +130,7 @@ class EntryBatch:
 
 
 class EntryWrites:
-    """Entry writes on a `Library` (needs its `_db`, `write`, `find_same`, `get`, `_insert_model`)."""
+    """Entry writes on a `Library` (needs its `_db`, `write`, `find_same`, `get`, `insert_model`)."""
 
     def add_entry(self, **entry) -> tuple[Entry, bool]:
         """Store a blob and its entry; return (entry, created). The same deposit twice is one entry.
@@ -206,10 +206,32 @@ class EntryWrites:
         staging.put(view, sha, elide=elided)
         return None, StagedEntry(row, model)
 
+    def record_pack(self, source) -> int:
+        """The `packs` row of an admission's source (library/admission.py `SourceRecord`), inside its
+        commit: the existing row's id when the same pack (by SHA-256) came in before."""
+        row = self._db.execute("SELECT id FROM packs WHERE sha256 = ?", [source.sha256]).fetchone()
+        if row:
+            return row[0]
+        return (
+            self._db["packs"]
+            .insert(
+                {
+                    "sha256": source.sha256,
+                    "file_name": source.file_name,
+                    "format_version": source.format_version,
+                    "kvgraft_version": source.kvgraft_version,
+                    "signer": source.signer,
+                    "n_entries": source.n_entries,
+                    "imported_at": now(),
+                }
+            )
+            .last_pk
+        )
+
     def write_staged(self, pending: StagedEntry) -> tuple[int, str]:
         """A staged entry's row (inside the staging's commit): its model recorded, then `write_entry_row`."""
         if pending.model is not None:
-            self._insert_model(pending.model)
+            self.insert_model(pending.model)
         return self.write_entry_row(pending.row)
 
     def write_entry_row(self, row: dict) -> tuple[int, str]:

@@ -1,8 +1,4 @@
-"""The library: a SQLite index (`<data dir>/index.db`) over a content-addressed blob store.
-
-Concurrency: the GUI and the CLI may open the same library at once. The index runs in WAL mode
-with a 60 s busy timeout, and every write is one `BEGIN IMMEDIATE` transaction, so writers queue
-instead of failing with "database is locked".
+"""The library: a SQLite index (`<data dir>/index.db`, library/index.py) over a content-addressed blob store.
 
 Deposit protocol (what makes kills and concurrent gc safe; see library/maintenance.py):
   1. record the blob as pending (committed, names this pid),
@@ -19,31 +15,26 @@ import logging
 import os
 import socket
 import sqlite3
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
-
-from sqlite_utils import Database
+from typing import Sequence
 
 from .blobstore import BlobStore, StoredBlob, check_sha
-from .cache_pins import CachePinRecords
 from .entry_writes import EntryWrites
 from .errors import BlobCorrupt, BlobMissing, EntryNotFound, LibraryError
+from .index import Index
 from .normalize import question_key
-from .prompt_cache import PromptCacheRecords
+from .prompt_cache import CacheStore
 from .provenance import ProvenanceRecords, now
 from .records import GRAFTABLE, NOT_KNOWLEDGE, UNPROVEN, Entry, ModelRecord
+from .remotes import RemoteStore
 from .retrieval import Retrieval
-from .schema import migrations
-from .sources import SourceRecords
+from .sources import SourceStore
 from .staging import staged
-from .threads import ThreadRecords
+from .threads import ThreadStore
 from .tokens import PREFIX_BLOCK, prefix_keys
 from .views import LibraryReads
 
 log = logging.getLogger(__name__)
-
-BUSY_TIMEOUT_S = 60.0
 
 
 def _fts_query(text: str, any_term: bool) -> str | None:
@@ -53,31 +44,30 @@ def _fts_query(text: str, any_term: bool) -> str | None:
     return (" OR " if any_term else " ").join('"' + t.replace('"', '""') + '"' for t in terms)
 
 
-class Library(
-    EntryWrites,
-    ProvenanceRecords,
-    LibraryReads,
-    ThreadRecords,
-    Retrieval,
-    SourceRecords,
-    PromptCacheRecords,
-    CachePinRecords,
-):
+class Library(EntryWrites, ProvenanceRecords, LibraryReads, Retrieval):
+    """The facade: the entries (its own methods: writes, reads, search, provenance) and the focused
+    stores, each owning its tables' SQL over the one `Index`:
+
+    - `blobs`: the content-addressed blob files (library/blobstore.py, an ObjectStore);
+    - `threads`: conversations and their turns (library/threads.py);
+    - `cache`: the server's prompt cache states and named pins (library/prompt_cache.py, cache_pins.py);
+    - `sources`: deposited files and their sections (library/sources.py);
+    - `remotes`: the S3 remotes this library knows (library/remotes.py).
+    """
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.blobs = BlobStore(self.root / "blobs")
-        conn = sqlite3.connect(str(self.root / "index.db"), timeout=BUSY_TIMEOUT_S, check_same_thread=False)
-        self._db = Database(conn)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        if migrations.pending(self._db):  # read-only opens never take the write lock
-            with self.write():
-                migrations.apply(self._db)
+        self.index = Index(self.root / "index.db")
+        self._db = self.index.db  # the entries' own tables
+        self.threads = ThreadStore(self.index, self)
+        self.cache = CacheStore(self.index, self)
+        self.sources = SourceStore(self.index, self)
+        self.remotes = RemoteStore(self.index, self)
 
     def close(self) -> None:
-        self._db.close()
+        self.index.close()
 
     def __enter__(self) -> "Library":
         return self
@@ -85,22 +75,9 @@ class Library(
     def __exit__(self, *exc) -> None:
         self.close()
 
-    @contextmanager
-    def write(self) -> Iterator[Database]:
-        """One write transaction, taken with BEGIN IMMEDIATE (waits for other writers)."""
-        if self._db.conn.in_transaction:
-            with self._db.atomic():
-                yield self._db
-            return
-        self._db.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            if self._db.conn.in_transaction:  # SQLite may have rolled back already (disk full, I/O error)
-                self._db.conn.execute("ROLLBACK")
-            raise
-        else:
-            self._db.conn.execute("COMMIT")
+    def write(self):
+        """One write transaction (library/index.py)."""
+        return self.index.write()
 
     # -- writing -------------------------------------------------------------------------------
     def find_same(
@@ -153,7 +130,7 @@ class Library(
             [stored.sha256, stored.size, now(), stored.chunks, stored.stored_size],
         )
 
-    def _insert_model(self, model: ModelRecord) -> None:
+    def insert_model(self, model: ModelRecord) -> None:
         self._db["models"].insert(
             {
                 "sha256": model.sha256,
@@ -198,7 +175,7 @@ class Library(
                     )
                 ]
             for i in ids:
-                self._forget_sections(i)
+                self.sources.forget_sections_of(i)
                 self._db.execute("DELETE FROM prefix_keys WHERE entry_id = ?", [i])
                 self._db.execute("DELETE FROM cache_states WHERE entry_id = ?", [i])
                 self._db.execute("DELETE FROM entries WHERE id = ?", [i])
@@ -369,7 +346,7 @@ class Library(
             "by_proof": {p: c for p, c in q("SELECT proof, count(*) FROM entries GROUP BY proof")},
             "by_kind": {k: c for k, c in q("SELECT kind, count(*) FROM entries GROUP BY kind")},
             # chat threads: bytes of their stored states, by thread id (a state a fork shares counts in each)
-            "session_bytes_by_thread": {str(k): v for k, v in self.session_bytes_by_thread().items()},
+            "session_bytes_by_thread": {str(k): v for k, v in self.threads.session_bytes_by_thread().items()},
             "data_dir": str(self.root),
         }
         if fingerprint is not None:

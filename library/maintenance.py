@@ -12,6 +12,9 @@ an entry marked damaged) from leftovers of interrupted writes (`reclaimable`: or
 unreferenced blob rows, temp files, stale pending rows), which are not problems. Blobs stored
 before compaction (`uncompacted`) are not problems either: they read and graft as before, and
 `kvgraft fsck --repair` compacts them (app/maintain/recompaction.py, which needs the model's window).
+
+gc and fsck are the index's own upkeep across its tables (entries, blobs, pending rows, sections, prefix
+keys): they work on the `Index` itself (`lib.index`, library/index.py), not through one store.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import time
 from .library import Library
 
 GRACE_S = 3600.0
+_UNREFERENCED = "SELECT sha256 FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)"
 MAX_LIVE_AGE_S = 86400.0
 
 
@@ -59,7 +63,7 @@ def _live(pid: int, host: str | None, age_s: float, grace_s: float) -> bool:
 
 def _pending(lib: Library, grace_s: float) -> tuple[set[str], list[int]]:
     live, stale = set(), []
-    for row in lib._db.query("SELECT id, sha256, pid, host, created_at FROM pending_blobs"):
+    for row in lib.index.db.query("SELECT id, sha256, pid, host, created_at FROM pending_blobs"):
         if _live(row["pid"], row["host"], _age_s(row["created_at"]), grace_s):
             live.add(row["sha256"])
         else:
@@ -77,7 +81,7 @@ def _temp_files(lib: Library, grace_s: float, live_pending: set[str]):
 
 def _check_chunks(lib: Library, sha: str, problems: list, repaired: list, repair: bool) -> None:
     """The chunk digests the fast read path checks must be those of the (intact) blob."""
-    row = lib._db.execute("SELECT chunks, size FROM blobs WHERE sha256 = ?", [sha]).fetchone()
+    row = lib.index.db.execute("SELECT chunks, size FROM blobs WHERE sha256 = ?", [sha]).fetchone()
     if row is None:
         return
     want = lib.blobs.stored_digests(sha)
@@ -85,7 +89,7 @@ def _check_chunks(lib: Library, sha: str, problems: list, repaired: list, repair
         return
     if repair:
         with lib.write():
-            lib._db.execute("UPDATE blobs SET chunks = ? WHERE sha256 = ?", [want, sha])
+            lib.index.db.execute("UPDATE blobs SET chunks = ? WHERE sha256 = ?", [want, sha])
         repaired.append(f"blob {sha[:16]}...: chunk digests " + ("added" if row[0] is None else "rewritten"))
     elif row[0] is not None:
         problems.append(
@@ -101,13 +105,15 @@ def free_blobs(lib: Library) -> dict:
         live, _stale = _pending(lib, GRACE_S)
         free = [
             r[0]
-            for r in lib._db.execute("SELECT sha256 FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)")
+            for r in lib.index.db.execute(
+                "SELECT sha256 FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)"
+            )
             if r[0] not in live
         ]
-        lib._db.conn.executemany("DELETE FROM blobs WHERE sha256 = ?", [(sha,) for sha in free])
+        lib.index.db.conn.executemany("DELETE FROM blobs WHERE sha256 = ?", [(sha,) for sha in free])
     freed, n = 0, 0
     for sha in free:
-        size = lib.blobs.size(sha) or 0
+        size = lib.blobs.stored_size(sha) or 0
         if lib.blobs.delete(sha):
             freed, n = freed + size, n + 1
     return {"removed_blobs": n, "removed_bytes": freed}
@@ -120,24 +126,26 @@ def gc(lib: Library, grace_s: float = GRACE_S) -> dict:
     cutoff = (datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=grace_s)).isoformat(
         timespec="microseconds"
     )
-    removed_sessions = lib.remove_all(lib.stale_sessions(cutoff))
+    removed_sessions = lib.remove_all(lib.threads.stale_sessions(cutoff))
     with lib.write():
         live, stale = _pending(lib, grace_s)
         for k in range(0, len(stale), 500):
             part = stale[k : k + 500]
-            lib._db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part)
-        referenced = {r[0] for r in lib._db.execute("SELECT DISTINCT blob_sha256 FROM entries")}
+            lib.index.db.execute(f"DELETE FROM pending_blobs WHERE id IN ({','.join('?' * len(part))})", part)
+        referenced = {r[0] for r in lib.index.db.execute("SELECT DISTINCT blob_sha256 FROM entries")}
         keep = referenced | live
         unreferenced = [
             r[0]
-            for r in lib._db.execute("SELECT sha256 FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)")
+            for r in lib.index.db.execute(
+                "SELECT sha256 FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)"
+            )
         ]
-        lib._db.conn.executemany(
+        lib.index.db.conn.executemany(
             "DELETE FROM blobs WHERE sha256 = ?", [(sha,) for sha in unreferenced if sha not in live]
         )
-        for sha in list(lib.blobs.iter_blobs()):
+        for sha in list(lib.blobs.iter_shas()):
             if sha not in keep:
-                removed_bytes += lib.blobs.size(sha) or 0
+                removed_bytes += lib.blobs.stored_size(sha) or 0
                 if lib.blobs.delete(sha):
                     removed_blobs.append(sha)
         for t in _temp_files(lib, grace_s, live):
@@ -157,7 +165,7 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
     problems: list[dict] = []
     reclaimable: list[dict] = []
     repaired: list[str] = []
-    q = lib._db.execute
+    q = lib.index.db.execute
 
     for (msg,) in q("PRAGMA integrity_check"):
         if msg != "ok":
@@ -213,13 +221,13 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
     referenced = {}
     for eid, sha in q("SELECT id, blob_sha256 FROM entries"):
         referenced.setdefault(sha, []).append(eid)
-    on_disk = set(lib.blobs.iter_blobs())
+    on_disk = set(lib.blobs.iter_shas())
     bad_blobs, intact = set(), set()
     for sha, eids in sorted(referenced.items()):
         verdict = None
         if sha not in on_disk:
             reason = "blob missing"
-        elif sha in blob_rows and lib.blobs.size(sha) != blob_rows[sha]:
+        elif sha in blob_rows and lib.blobs.stored_size(sha) != blob_rows[sha]:
             reason = "blob size mismatch"
         elif check_hashes and (verdict := lib.blobs.verify(sha)) is not None:
             reason = "blob unreadable" if verdict.startswith("unreadable") else "blob hash mismatch"
@@ -256,7 +264,7 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
     live, stale = _pending(lib, grace_s)
     for sha in sorted(on_disk - set(referenced)):
         if sha not in live:
-            reclaimable.append({"kind": "orphan_blob", "blob": sha, "bytes": lib.blobs.size(sha)})
+            reclaimable.append({"kind": "orphan_blob", "blob": sha, "bytes": lib.blobs.stored_size(sha)})
     for sha in sorted(set(blob_rows) - set(referenced) - live):
         reclaimable.append({"kind": "unreferenced_blob_row", "blob": sha})
     for t in _temp_files(lib, grace_s, live):

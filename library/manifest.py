@@ -16,6 +16,7 @@ from typing import Sequence
 from .errors import LibraryError
 from .records import PACK_KINDS as KINDS
 from .records import Entry, ModelRecord
+from .schedule import parse_pack_schedule
 
 FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
@@ -32,7 +33,12 @@ class PackError(LibraryError):
 
 @dataclass(frozen=True)
 class PackEntry:
-    blob_sha256: str
+    """One entry as a pack or a remote manifest declares it, parsed and checked once. Every field is a
+    claim of whoever made the manifest until the import proves it (app/packs/admission.py): `proof`
+    and `vouched_by` count only where a key this library trusts signed them."""
+
+    position: int  # its place in the manifest's entry list
+    blob_sha256: str  # the blob's name in the pack: its content address (format 1: of llama.cpp's bytes)
     blob_size: int  # the bytes the SHA-256 is of (canonical)
     blob_stored_size: int  # the member's size: a compact container in format 2, = blob_size in format 1
     kind: str
@@ -44,6 +50,9 @@ class PackEntry:
     tokens_sha256: str
     checker: str | None
     receipt: dict | None
+    schedule: dict | None = None  # the chunked prefill that made the state (library/schedule.py)
+    vouched_by: str | None = None  # who the exporter says vouched for the answer (`verified_by` on the wire)
+    proof: str | None = None  # how the exporter says it knew the state
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,7 @@ class Manifest:
     fingerprint: str
     entries: tuple[PackEntry, ...]
     raw: dict
+    engine: dict | None = None  # format 3: what the fingerprint stands for (config and probe hashes)
 
 
 def _fail(msg: str) -> PackError:
@@ -120,8 +130,14 @@ def parse_manifest(raw: dict) -> Manifest:
         if len(text) > MAX_TEXT_CHARS:
             raise _fail(f"manifest: {where} text is longer than {MAX_TEXT_CHARS:,} characters")
         receipt = _get(item, "receipt", dict, where, optional=True)
+        try:
+            schedule = parse_pack_schedule(item.get("schedule"))
+        except ValueError as exc:
+            raise _fail(f"manifest: {where}: {exc}") from exc
+        vouched = item.get("verified_by")
         entries.append(
             PackEntry(
+                position=i,
                 blob_sha256=_sha(_get(item, "blob_sha256", str, where), f"{where} blob_sha256"),
                 blob_size=size,
                 blob_stored_size=stored_size,
@@ -134,6 +150,9 @@ def parse_manifest(raw: dict) -> Manifest:
                 tokens_sha256=_sha(_get(item, "tokens_sha256", str, where), f"{where} tokens_sha256"),
                 checker=_get(item, "checker", str, where, optional=True),
                 receipt=receipt,
+                schedule=schedule,
+                vouched_by=vouched.strip() if isinstance(vouched, str) and vouched.strip() else None,
+                proof=item.get("proof") if isinstance(item.get("proof"), str) else None,
             )
         )
     return Manifest(
@@ -145,6 +164,7 @@ def parse_manifest(raw: dict) -> Manifest:
         fingerprint=fingerprint,
         entries=tuple(entries),
         raw=raw,
+        engine=raw.get("engine") if isinstance(raw.get("engine"), dict) else None,
     )
 
 

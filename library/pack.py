@@ -5,7 +5,7 @@ hashes, engine/probe.py) and, per entry, how the exporter knew its state (`proof
 for its answer (`verified_by`) and its decode `schedule`; an importer trusts none of these unless a
 key it trusts signed them. Format 2 stores each blob as a compact container (library/container.py)
 named by the SHA-256 of its canonical bytes, with `blob_stored_size` in the manifest; format 1 stored the bytes as they
-were. Both are read: `read_blob` always returns the bytes the name is the SHA-256 of.
+were. Both are read: `read_checked` always returns the bytes the name is the SHA-256 of.
 
 Reading validates the archive and the manifest completely before anything else looks at them;
 every failure is a PackError whose message names the problem. The format is written down in
@@ -41,10 +41,12 @@ from .manifest import (  # noqa: F401 (re-exported: the pack's names for callers
     parse_manifest,
 )
 from .signing import SIGNATURE, Signer, SigningError, sign_manifest, verify_signature
+from .stores import ObjectStore
 
 
-class PackReader:
-    """An opened, structurally validated pack. Use as a context manager."""
+class PackReader(ObjectStore):
+    """An opened, structurally validated pack, read as a read-only object store (as dulwich reads its
+    pack files). Use as a context manager."""
 
     def __init__(self, path: Path, max_blob_size: int | None = None) -> None:
         self.path = Path(path)
@@ -199,36 +201,57 @@ class PackReader:
     def compact(self) -> bool:
         return self.manifest.format_version >= 2
 
-    def read_blob(self, sha256: str) -> bytes | bytearray:
-        """The blob's canonical bytes, checked against its name (SHA-256) and declared sizes."""
-        return self.read_blob_ranges(sha256)[0]
+    # -- the ObjectStore interface (library/stores.py): a pack is a read-only store ----------------
+    def contains(self, sha256: str) -> bool:
+        return f"blobs/{sha256}" in self.members
 
-    def read_blob_ranges(self, sha256: str):
-        """(canonical bytes, elided ranges) of a blob, checked; ranges are None in a format 1 pack."""
-        return self.read_blob_stored(sha256)[1:]
+    def stored_size(self, sha256: str) -> int | None:
+        info = self.members.get(f"blobs/{sha256}")
+        return None if info is None else info.file_size
 
-    def read_blob_stored(self, sha256: str):
-        """(the member's bytes, canonical bytes, elided ranges) of a blob, checked."""
-        data = stored = self._read_member(sha256)
-        ranges = None
-        if self.compact:
-            try:
-                c = container.parse_header(data, stored_size=len(data))
-            except container.ContainerError as exc:
-                raise _fail(f"blob {sha256[:16]}... is not a valid compact blob: {exc}") from exc
-            if self._sizes.get(sha256) != c.size:
-                raise _fail(
-                    f"blob {sha256[:16]}... holds {c.size:,} bytes, the manifest says {self._sizes.get(sha256)}"
-                )
-            if self.max_blob_size is not None and c.size > self.max_blob_size:
-                raise _fail(
-                    f"blob {sha256[:16]}... decodes to {c.size:,} bytes, more than a state of this context "
-                    f"({self.max_blob_size:,})"
-                )
-            data, ranges = container.decode(data, c), c.ranges
+    def get_stored(self, sha256: str, limit: int | None = None) -> bytes:
+        info = self.members.get(f"blobs/{sha256}")
+        if info is not None and limit is not None and info.file_size > limit:
+            raise _fail(f"blob {sha256[:16]}... is {info.file_size:,} bytes, more than the {limit:,} declared")
+        return self._read_member(sha256)
+
+    def add_stored(self, sha256: str, data: bytes) -> bool:
+        raise PackError("a pack is read-only: blobs are added by writing a new pack (write_pack)")
+
+    def iter_shas(self):
+        return iter(self.blob_shas())
+
+    def read_checked(self, sha256: str, expected_size: int | None = None, max_size: int | None = None):
+        """(the member's bytes, canonical bytes, elided ranges; None in a format 1 pack), after checking
+        the canonical size (the manifest's, and at most `max_size` or the reader's `max_blob_size`) and
+        that the canonical bytes hash to the name. One read of the member, one SHA-256 pass."""
+        stored = self.get_stored(sha256)
+        expected = self._sizes.get(sha256) if expected_size is None else expected_size
+        limit = self.max_blob_size if max_size is None else max_size
+        if not self.compact:  # format 1: the member is the bytes as llama.cpp wrote them
+            if limit is not None and len(stored) > limit:
+                raise _fail(f"blob {sha256[:16]}... is {len(stored):,} bytes, more than a state of this context")
+            if hashlib.sha256(stored).hexdigest() != sha256:
+                raise _fail(f"blob {sha256[:16]}... does not match its SHA-256 (damaged or tampered)")
+            return stored, stored, None
+        try:
+            c = container.parse_header(stored, stored_size=len(stored))
+        except container.ContainerError as exc:
+            raise _fail(f"blob {sha256[:16]}... is not a valid compact blob: {exc}") from exc
+        if expected != c.size:
+            raise _fail(f"blob {sha256[:16]}... holds {c.size:,} bytes, the manifest says {expected}")
+        if limit is not None and c.size > limit:
+            raise _fail(
+                f"blob {sha256[:16]}... decodes to {c.size:,} bytes, more than a state of this context ({limit:,})"
+            )
+        data = container.decode(stored, c)
         if hashlib.sha256(data).hexdigest() != sha256:
             raise _fail(f"blob {sha256[:16]}... does not match its SHA-256 (damaged or tampered)")
-        return stored, data, ranges
+        return stored, data, c.ranges
+
+    def read_blob(self, sha256: str) -> bytes | bytearray:
+        """The blob's canonical bytes (format 1: llama.cpp's), checked against its name and sizes."""
+        return self.read_checked(sha256)[1]
 
     def _read_member(self, sha256: str) -> bytes:
         info = self.members.get(f"blobs/{sha256}")

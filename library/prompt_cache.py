@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .cache_pins import CachePinRecords
 from .entry_writes import PRESENT
+from .index import Store
 from .provenance import now
 from .records import GRAFTABLE, LOCAL, Entry
 from .staging import staged
@@ -49,7 +51,7 @@ class PromptCacheRecords:
         ).fetchall()
         want = list(tokens)
         for entry_id, length in rows:
-            entry = self.get(entry_id)
+            entry = self.lib.get(entry_id)
             if entry.kind == CACHE and entry.tokens == want[:length]:
                 return entry
         return None
@@ -74,7 +76,7 @@ class PromptCacheRecords:
         want = list(tokens)
         out = []
         for entry_id, _ in rows:
-            entry = self.get(entry_id)
+            entry = self.lib.get(entry_id)
             shared = shared_prefix(entry.tokens, want)
             if entry.kind == CACHE and shared > 0:
                 out.append((entry, shared))
@@ -85,14 +87,14 @@ class PromptCacheRecords:
         """Store an automatic state (the keywords are `stage_entry`'s, kind `cache`) and its cache row
         in one transaction; the same tokens again only mark it used. A state made without a schedule
         (block 0) is also keyed at every GRAIN tokens and one short of its end (`cache_candidates`)."""
-        with staged(self) as staging:
-            existing, pending = self.stage_entry(staging, kind=CACHE, proof=LOCAL, **entry)
+        with staged(self.lib) as staging:
+            existing, pending = self.lib.stage_entry(staging, kind=CACHE, proof=LOCAL, **entry)
             if existing is not None:
                 self.touch_cache_state(existing.id)
                 self.attach_pins(existing.id, entry["tokens"], entry["fingerprint"])
                 return existing, False
             with staging.commit() as db:
-                entry_id, written = self.write_staged(pending)
+                entry_id, written = self.lib.write_staged(pending)
                 db.execute(
                     "INSERT OR REPLACE INTO cache_states (entry_id, block, last_used, hits) VALUES (?, ?, ?, 0)",
                     [entry_id, block, now()],
@@ -100,7 +102,7 @@ class PromptCacheRecords:
                 if block == 0 and written != PRESENT:
                     _key_grains(db, entry_id, entry["tokens"])
         self.attach_pins(entry_id, entry["tokens"], entry["fingerprint"])
-        return self.get(entry_id), True
+        return self.lib.get(entry_id), True
 
     def touch_cache_state(self, entry_id: int) -> None:
         with self.write() as db:
@@ -117,7 +119,7 @@ class PromptCacheRecords:
         """SQL for the entries the cache budget governs: automatic states, and conversation states no
         thread pins (`sessions_to_keep`: a thread's newest state and its fork points, pinned while the
         thread exists)."""
-        pinned = ",".join(str(int(i)) for i in self.sessions_to_keep()) or "-1"
+        pinned = ",".join(str(int(i)) for i in self.lib.threads.sessions_to_keep()) or "-1"
         named = ",".join(str(int(i)) for i in self.pinned_entry_ids()) or "-1"  # library/cache_pins.py
         return (
             "SELECT e.id, coalesce(c.last_used, e.created_at) AS used FROM entries e "
@@ -155,7 +157,7 @@ class PromptCacheRecords:
             removed += 1
 
     def _remove_cache_state(self, entry_id: int) -> int:
-        entry = self.get(entry_id)
+        entry = self.lib.get(entry_id)
         with self.write() as db:
             db.execute("DELETE FROM cache_states WHERE entry_id = ?", [entry_id])
             db.execute("UPDATE cache_pins SET entry_id = NULL WHERE entry_id = ?", [entry_id])
@@ -167,7 +169,7 @@ class PromptCacheRecords:
                 return 0
             size = db.execute("SELECT size FROM blobs WHERE sha256 = ?", [entry.blob_sha256]).fetchone()
             db.execute("DELETE FROM blobs WHERE sha256 = ?", [entry.blob_sha256])
-        self.blobs.delete(entry.blob_sha256)  # after the commit: a crash before leaves a file gc reclaims
+        self.lib.blobs.delete(entry.blob_sha256)  # after the commit: a crash before leaves a file gc reclaims
         return int(size[0]) if size else 0
 
 
@@ -182,3 +184,7 @@ def _key_grains(db, entry_id: int, tokens: Sequence[int]) -> None:
         "INSERT INTO prefix_keys (key, length, entry_id, full) VALUES (?, ?, ?, 0)",
         [(k, length, entry_id) for length, k in keys.items()],
     )
+
+
+class CacheStore(PromptCacheRecords, CachePinRecords, Store):
+    """`Library.cache`: the server's automatic states (this module) and the named pins (library/cache_pins.py)."""

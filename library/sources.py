@@ -1,4 +1,4 @@
-"""Files deposited as documents (migration m010). Mixed into `Library`.
+"""Files deposited as documents (migration m010). `Library.sources`.
 
 A source is a file's resolved path under one engine fingerprint, the SHA-256 of the bytes it was read
 from, and its sections: entries, in order, each under its heading. A file that fits the context is
@@ -16,6 +16,7 @@ from typing import Iterator
 
 from .entry_writes import NEW, StagedEntry
 from .errors import LibraryError
+from .index import Store
 from .provenance import now
 from .records import Entry
 from .staging import BlobStaging, staged
@@ -70,10 +71,11 @@ class _Section:
 
 
 class SourceUpdate:
-    """The new sections of one file, staged; `commit` swaps them in. Made by `Library.source_update`."""
+    """The new sections of one file, staged; `commit` swaps them in. Made by `Library.sources.source_update`."""
 
-    def __init__(self, lib, staging: BlobStaging, path: str, fingerprint: str) -> None:
-        self.lib, self.staging, self.path, self.fingerprint = lib, staging, path, fingerprint
+    def __init__(self, store: "SourceStore", staging: BlobStaging, path: str, fingerprint: str) -> None:
+        self.lib, self._db = store.lib, store._db
+        self.staging, self.path, self.fingerprint = staging, path, fingerprint
         self._sections: list[_Section] = []
 
     def stored(self, tokens, kind: str = "document") -> Entry | None:
@@ -97,7 +99,7 @@ class SourceUpdate:
         removed entry ids). SourceChanged, with nothing written, if a reused entry went meanwhile."""
         if not self._sections:
             raise LibraryError(f"{self.path}: a deposited file needs at least one section")
-        lib, db = self.lib, self.lib._db
+        lib, db = self.lib, self._db
         with self.staging.commit():
             row = db.execute(
                 "SELECT id FROM sources WHERE path = ? AND fingerprint = ?", [self.path, self.fingerprint]
@@ -182,15 +184,15 @@ def _entries(db, ids: list[int]) -> list[Entry]:
     return [by_id[i] for i in ids]
 
 
-class SourceRecords:
-    """Deposited files on a `Library` (needs its `_db`, `write`, `find_same`, `stage_entry`)."""
+class SourceStore(Store):
+    """Deposited files and their sections."""
 
     def source(self, path: str, fingerprint: str) -> Source | None:
         for row in self._db.query("SELECT * FROM sources WHERE path = ? AND fingerprint = ?", [path, fingerprint]):
             return Source(**row)
         return None
 
-    def sources(self) -> list[Source]:
+    def list(self) -> list[Source]:
         return [Source(**row) for row in self._db.query("SELECT * FROM sources ORDER BY id")]
 
     def source_sections(self, source_id: int) -> list[tuple[int, str | None, Entry]]:
@@ -208,7 +210,7 @@ class SourceRecords:
         """(the source, its sections' entries) when this file was deposited from the very same bytes
         with the same section budget, and every section is still here, intact, proven and at most `fit`
         tokens (a re-deposit is then a no-op); else None."""
-        with self._read_snapshot():  # a concurrent replace is seen whole or not at all
+        with self.index.snapshot():  # a concurrent replace is seen whole or not at all
             src = self.source(path, fingerprint)
             if src is None or src.file_sha256 != file_sha256:
                 return None
@@ -219,18 +221,6 @@ class SourceRecords:
         if len(entries) != src.n_sections or not all(e.graftable(fingerprint) and e.n_tokens <= fit for e in entries):
             return None
         return src, entries
-
-    @contextmanager
-    def _read_snapshot(self) -> Iterator[None]:
-        conn = self._db.conn
-        if conn.in_transaction:
-            yield
-            return
-        conn.execute("BEGIN")  # deferred: the first read fixes the snapshot, no write lock is taken
-        try:
-            yield
-        finally:
-            conn.execute("COMMIT")
 
     def section_of(self, entry_id: int) -> SectionRef | None:
         """Where the entry sits in a deposited file (the newest such file, if several hold it)."""
@@ -244,7 +234,7 @@ class SourceRecords:
     @contextmanager
     def source_update(self, path: str, fingerprint: str) -> Iterator[SourceUpdate]:
         """Stage the sections of `path`, then `commit`; a failure before the commit changes nothing."""
-        with staged(self) as staging:
+        with staged(self.lib) as staging:
             yield SourceUpdate(self, staging, path, fingerprint)
 
     def forget_source(self, path: str) -> list[int] | None:
@@ -273,7 +263,7 @@ class SourceRecords:
                     removed.append(i)
         return removed
 
-    def _forget_sections(self, entry_id: int) -> None:
+    def forget_sections_of(self, entry_id: int) -> None:
         """An entry is removed by hand: the files holding it are rebuilt on their next deposit."""
         self._db.execute(
             "UPDATE sources SET file_sha256 = NULL "

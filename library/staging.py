@@ -28,27 +28,25 @@ class BlobStaging:
         self.stored: list[StoredBlob] = []
         self.aliases: list[tuple[str, str]] = []  # (old address, new address)
 
-    def put(
-        self,
-        data,
-        sha: str,
-        elide=None,
-        replaces: str | None = None,
-        container: bytes | None = None,
-        chunks: bytes | None = None,
-    ) -> StoredBlob:
-        """Steps 1 and 2 for one blob (`data` hashes to `sha`, checked by the caller). `replaces`: the
-        address it had before compaction, recorded as an alias in the commit. `container`: the blob
-        already as a compact container eliding exactly `elide` (checked by the caller): written as is,
-        with its chunk digests when the caller has them."""
+    def put(self, data, sha: str, elide=None, replaces: str | None = None) -> StoredBlob:
+        """Steps 1 and 2 for one blob (`data` hashes to `sha`, checked by the caller), stored eliding the
+        `elide` ranges. `replaces`: the address it had before compaction, recorded as an alias in the commit."""
         self.pending += self.lib.mark_pending([sha])
-        if container is not None:
-            stored = self.lib.blobs.put_container(sha, container, len(data), chunks)
-        else:
-            stored = self.lib.blobs.put(data, sha, trusted=True, elide=elide)
+        return self._stored(self.lib.blobs.put(data, sha, trusted=True, elide=elide), replaces)
+
+    def put_container(
+        self, container: bytes, sha: str, size: int, chunks: bytes | None = None, replaces: str | None = None
+    ) -> StoredBlob:
+        """Steps 1 and 2 for a blob already as a compact container (decoding to `size` canonical bytes that
+        hash to `sha`, eliding exactly the ranges `put` would: checked by the caller), written as is, with
+        its chunk digests when the caller has them."""
+        self.pending += self.lib.mark_pending([sha])
+        return self._stored(self.lib.blobs.put_container(sha, container, size, chunks), replaces)
+
+    def _stored(self, stored: StoredBlob, replaces: str | None) -> StoredBlob:
         self.stored.append(stored)
-        if replaces is not None and replaces != sha:
-            self.aliases.append((replaces, sha))
+        if replaces is not None and replaces != stored.sha256:
+            self.aliases.append((replaces, stored.sha256))
         return stored
 
     @contextmanager

@@ -40,6 +40,11 @@ class ObjectStore(ABC):
     def iter_shas(self) -> Iterator[str]:
         """Every address stored, in no promised order."""
 
+    def known_chunks(self, sha256: str) -> bytes | None:
+        """The SHA-256 of each 2 MiB chunk of the stored container, where the store already computed
+        them (a download thread did); None: whoever stores it computes them."""
+        return None
+
     def read_checked(self, sha256: str, expected_size: int | None = None, max_size: int | None = None):
         """(stored container, canonical bytes, elided ranges), after checking the canonical bytes
         hash to the address. Raises BlobMissing, or BlobCorrupt naming the problem."""

@@ -1,4 +1,4 @@
-"""Conversations in the index: threads and their turns (migration m009). Mixed into `Library`.
+"""Conversations in the index: threads and their turns (migration m009). `Library.threads`.
 
 A turn row keeps what a resume needs without re-tokenizing anything: the transcript's token ids as
 the KV holds them after the reply, the `session` entry holding that state, and the decode schedule
@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 
 from .errors import LibraryError
+from .index import Store
 from .provenance import now
 from .records import Entry
 from .tokens import pack_tokens, unpack_tokens
@@ -79,7 +80,7 @@ def _turn(row) -> Turn:
     return Turn(**d, tokens_blob=row["tokens"], schedule=json.loads(row["schedule"]))
 
 
-class ThreadRecords:
+class ThreadStore(Store):
     """Threads and turns on a `Library` (needs its `_db` and `write`)."""
 
     def create_thread(
@@ -116,7 +117,7 @@ class ThreadRecords:
             raise ThreadNotFound(f"no thread #{thread_id} (kvgraft chat list shows them)")
         return _thread(rows[0])
 
-    def threads(self) -> list[Thread]:
+    def list(self) -> list[Thread]:
         return [_thread(r) for r in self._db.query("SELECT * FROM threads ORDER BY id")]
 
     def turns(self, thread_id: int) -> list[Turn]:

@@ -53,7 +53,7 @@ def row(engine, n: int, say) -> dict:
             fingerprint=eng.fingerprint,
             elided=snap.elided,
         )
-        stored = lib.blobs.size(entry.blob_sha256)
+        stored = lib.blobs.stored_size(entry.blob_sha256)
         service = LibraryService(eng, lib)
         with eng.session() as g:
             t0 = time.perf_counter()

@@ -86,7 +86,7 @@ def doc_text(model, i: int) -> str:
 def blob_disk(lib: Library) -> tuple[int, int]:
     """(bytes of the blob files, bytes of blocks allocated for them)."""
     size = blocks = 0
-    for sha in lib.blobs.iter_blobs():
+    for sha in lib.blobs.iter_shas():
         st = lib.blobs.path(sha).stat()
         size += st.st_size
         blocks += st.st_blocks * 512
@@ -193,7 +193,7 @@ def fill(args, service: LibraryService, log) -> None:
                     "doc": i,
                     "tokens": res.entry.n_tokens,
                     "prefill_s": round(res.prefill_s, 2),
-                    "stored_bytes": lib.blobs.size(res.entry.blob_sha256),
+                    "stored_bytes": lib.blobs.stored_size(res.entry.blob_sha256),
                     "canonical_bytes": res.entry.blob_size,
                     "receipt_equal": (res.entry.receipt or {}).get("equal"),
                 }

@@ -25,10 +25,19 @@ FINGERPRINT = "f" * 64
 
 
 def _import_synthetic_pack(lib: Library, home: Path, rng: random.Random, seed: int, i: int, blob_bytes: int):
-    """Write a 5-entry pack of random blobs and commit it (the library half of an import)."""
-    from kvgraft.library.importer import commit_pack
+    """Write a 5-entry pack of random blobs and commit it (the library half of an import: no model, so
+    the blobs are taken as checked once their SHA-256 is)."""
+    from kvgraft.library.admission import (
+        Admitted,
+        CheckedBlob,
+        EntryProof,
+        HeldBlobs,
+        SourceRecord,
+        commit_admission,
+    )
     from kvgraft.library.pack import PackReader, pack_sha256, write_pack
-    from kvgraft.library.records import ModelRecord
+    from kvgraft.library.records import UNPROVEN, ModelRecord
+    from kvgraft.library.staging import staged
     from kvgraft.library.tokens import tokens_sha256
 
     entries, blobs, toks = [], {}, []
@@ -68,8 +77,16 @@ def _import_synthetic_pack(lib: Library, home: Path, rng: random.Random, seed: i
     path = home.parent / f"worker-{seed}-{i}.kvpack"
     write_pack(path, manifest, [(sha, lambda b=b: b) for sha, b in blobs.items()])
     sha = pack_sha256(path)
-    with PackReader(path) as reader:
-        res = commit_pack(lib, reader, toks, sha, ModelRecord("a" * 64, "m", "x", 1))
+    with PackReader(path) as reader, staged(lib) as staging:
+        m = reader.manifest
+        held = HeldBlobs(staging)
+        for name in reader.blob_shas():
+            stored, data, ranges = reader.read_checked(name)
+            held.keep(CheckedBlob(name, name, len(data), 0, ranges, data, container=stored))
+        proof = EntryProof(UNPROVEN, FINGERPRINT, None, None, None)
+        record = SourceRecord(sha, path.name, 2, "test", None, len(m.entries), "a" * 64)
+        admitted = [Admitted(e, t, proof) for e, t in zip(m.entries, toks, strict=True)]
+        res = commit_admission(lib, held, record, admitted, ModelRecord("a" * 64, "m", "x", 1))
     path.unlink()
     return sha, res["imported"]
 

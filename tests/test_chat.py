@@ -122,7 +122,7 @@ def test_the_check_can_fail(engine, tmp_path):
     try:
         t = chats.new_thread(system="Be brief.")
         r = chats.say(t.id, "Say a color.", max_tokens=4)
-        target = lib.turns(t.id)[0].tokens[: r.tokens - r.tokens_decoded]
+        target = lib.threads.turns(t.id)[0].tokens[: r.tokens - r.tokens_decoded]
         schedule = {"prefill": "chunks", "n_batch": 512, "n_ubatch": 512}
         assert chats.replay_matches(target, schedule, r.logits_sha256) is True
         changed = [target[0], target[1] + 1, *target[2:]]
@@ -144,7 +144,7 @@ def test_template_segments_are_prefix_stable_and_exact(chatml_engine, tmp_path):
         # what the new message added is exactly the template's own rendering of it
         seg = fmt.next(chatml_engine.model, "You are terse.", [("hello there", a.reply)], "and again")
         assert b.tokens_prefilled == len(seg)
-        text = chatml_engine.model.detokenize(lib.turns(t.id)[-1].tokens)
+        text = chatml_engine.model.detokenize(lib.threads.turns(t.id)[-1].tokens)
         assert "and again" in text
         im_start = chatml_engine.model.tokenize("<|im_start|>", add_bos=False, special=True)
         assert len(im_start) == 1  # the control token, not its characters
@@ -197,7 +197,7 @@ def test_fork_gc_and_limits(chatml_engine, tmp_path):
         )
         with pytest.raises(ChatError, match="start a new thread, or fork an earlier turn"):
             small.say(t.id, "one more", max_tokens=4)
-        assert len(lib.turns(t.id)) == 4  # nothing half-written
+        assert len(lib.threads.turns(t.id)) == 4  # nothing half-written
     finally:
         _close(service, lib)
 
@@ -304,19 +304,19 @@ def test_check_a_stored_turn_replays_its_logits_and_its_state(engine, tmp_path):
         t = chats.new_thread(system=NOTES)
         a = chats.say(t.id, "Which crane is on pier 2?", max_tokens=8)
         b = chats.say(t.id, "And on pier 5?", max_tokens=8)
-        turns = lib.turns(t.id)
+        turns = lib.threads.turns(t.id)
         assert [x.decoded for x in turns] == [a.tokens_decoded, b.tokens_decoded]
         assert turns[1].restored == a.tokens and turns[1].prefilled == b.tokens_prefilled and turns[1].checked is None
         for n in (1, 2):
             out = chats.check_turn(t.id, n)
             assert out["logits_equal"] is True and out["state_equal"] is True and out["exact"] is True
-        assert [x.checked for x in lib.turns(t.id)] == [1, 1]
+        assert [x.checked for x in lib.threads.turns(t.id)] == [1, 1]
         # the check can fail: a turn whose recorded logits are not what its tokens give
         lib._db.execute("UPDATE turns SET logits_sha256 = ? WHERE thread_id = ? AND n = 2", ["0" * 64, t.id])
         lib._db.conn.commit()
         bad = chats.check_turn(t.id, 2)
         assert bad["exact"] is False and bad["logits_equal"] is False and bad["state_equal"] is True
-        assert lib.turns(t.id)[1].checked == 0
+        assert lib.threads.turns(t.id)[1].checked == 0
         with pytest.raises(ChatError, match="no turn 3"):
             chats.check_turn(t.id, 3)
     finally:
@@ -332,11 +332,11 @@ def test_regenerate_takes_back_the_last_turn_and_answers_again(chatml_engine, tm
         first = chats.say(t.id, "hello", max_tokens=6)
         chats.say(t.id, "name a fruit", max_tokens=6)
         again = chats.regenerate(t.id, max_tokens=6, sampling=SamplingParams(temperature=1.0, seed=7))
-        turns = lib.turns(t.id)
+        turns = lib.threads.turns(t.id)
         assert [x.user for x in turns] == ["hello", "name a fruit"] and again.turn == 2
         assert again.tokens_restored == first.tokens  # resumed from the state before the taken-back turn
         assert chats.check_turn(t.id, 2)["exact"] is True  # sampled tokens, the same schedule: replayable
-        renamed = lib.rename_thread(t.id, "  fruit  ")
+        renamed = lib.threads.rename_thread(t.id, "  fruit  ")
         assert renamed.title == "fruit"
     finally:
         _close(service, lib)
@@ -350,7 +350,7 @@ def test_a_reply_decoded_with_prompt_lookup_is_checked_and_resumed_exactly(engin
     try:
         t = chats.new_thread(system=NOTES)
         a = chats.say(t.id, "Repeat the notes word for word.", max_tokens=32)
-        turn = lib.turns(t.id)[0]
+        turn = lib.threads.turns(t.id)[0]
         assert a.decode_calls < a.tokens_decoded, a.reply  # several tokens per verify call
         if engine.batch_invariant:  # no call sizes decide the bits: none recorded, the check is one prefill
             assert "then" not in turn.schedule

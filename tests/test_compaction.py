@@ -141,7 +141,7 @@ def test_container_refuses_eliding_bytes_that_are_not_zero(tmp_path):
     data = _zeroed(4096, [(100, 50)])
     with pytest.raises(LibraryError, match="declared zero"):
         store.put(data, elide=[(90, 60)])
-    assert list(store.iter_blobs()) == [] and list(store.iter_temp()) == []
+    assert list(store.iter_shas()) == [] and list(store.iter_temp()) == []
 
 
 def test_hostile_container_headers_are_refused_before_allocating():
@@ -259,7 +259,7 @@ def check_compacted_graft(eng, n: int) -> None:
         assert d == n - 512 > 0
         ranges = dead_ranges(parsed, eng.window)
         assert int(ranges[:, 1].sum()) == d * parsed.layout.caches[1].bytes_per_cell()
-        assert lib.blobs.size(e.blob_sha256) == container.make(e.blob_size, ranges).stored_size
+        assert lib.blobs.stored_size(e.blob_sha256) == container.make(e.blob_size, ranges).stored_size
         service._graft_buf = bytearray(os.urandom(e.blob_size + 4096))  # garbage where the zeros go
         with eng.session() as g:
             service.graft(g, e)
@@ -322,7 +322,7 @@ def test_fsck_repair_compacts_old_blobs_and_keeps_receipts_true(service, engine,
     text = engine.model.detokenize(prefix_tokens(engine.model, 1200, seed=15)[1:])  # 688 tokens behind the window
     entry, raw = _make_legacy(service, engine, text)
     lib = service.library
-    assert lib.blobs.size(entry.blob_sha256) == entry.blob_size  # plain file
+    assert lib.blobs.stored_size(entry.blob_sha256) == entry.blob_size  # plain file
     report = fsck(lib)
     assert report["ok"] and report["uncompacted"] == 1
     with engine.session() as g:  # an old blob still grafts exactly
@@ -341,7 +341,7 @@ def test_fsck_repair_compacts_old_blobs_and_keeps_receipts_true(service, engine,
     with engine.session() as s:
         s.prefill(entry.tokens)
         assert s.snapshot().sha256 == moved.blob_sha256 != raw.sha256
-    assert not lib.blobs.exists(raw.sha256)
+    assert not lib.blobs.contains(raw.sha256)
     assert (
         lib._db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[0]
         == moved.blob_sha256
@@ -393,7 +393,7 @@ def test_short_old_blob_keeps_its_address_and_exports(service, engine, tmp_path)
     res = compact_library(service.library, window=lambda sha: (engine.model.info.n_swa, engine.model.info.architecture))
     assert res["converted"] == 1
     moved = service.library.get(entry.id)
-    assert moved.blob_sha256 == raw.sha256 and service.library.blobs.size(raw.sha256) == len(raw.data)
+    assert moved.blob_sha256 == raw.sha256 and service.library.blobs.stored_size(raw.sha256) == len(raw.data)
     assert fsck(service.library)["ok"] and fsck(service.library)["uncompacted"] == 0
     out = tmp_path / "short.kvpack"
     export_pack(service.library, [moved], out)
@@ -405,7 +405,7 @@ def test_compaction_skips_blobs_whose_model_is_not_here(service, engine):
     entry, raw = _make_legacy(service, engine, "A short note about eleven green doors, " * 30)
     res = compact_library(service.library, window=lambda sha: None)
     assert res["converted"] == 0 and "not available" in res["skipped"][0]["skipped"]
-    assert service.library.get(entry.id).blob_sha256 == raw.sha256 and service.library.blobs.exists(raw.sha256)
+    assert service.library.get(entry.id).blob_sha256 == raw.sha256 and service.library.blobs.contains(raw.sha256)
 
 
 def test_format_1_pack_imports_compacted(service, engine, probe, tmp_path):
@@ -453,7 +453,7 @@ def test_format_1_pack_imports_compacted(service, engine, probe, tmp_path):
     assert res.imported == 1
     [e] = service.library.entries()
     assert e.proof == "replayed" and res.replayed == 1  # an old pack's state is proven by a replay here
-    assert e.blob_sha256 != raw.sha256 and service.library.blobs.size(e.blob_sha256) < 0.7 * len(raw.data)
+    assert e.blob_sha256 != raw.sha256 and service.library.blobs.stored_size(e.blob_sha256) < 0.7 * len(raw.data)
     assert (
         service.library._db.execute("SELECT sha256 FROM blob_aliases WHERE legacy_sha256 = ?", [raw.sha256]).fetchone()[
             0
@@ -469,7 +469,7 @@ def test_format_1_pack_imports_compacted(service, engine, probe, tmp_path):
     export_pack(service.library, [e], new)
     with PackReader(new) as reader:
         assert reader.manifest.format_version == 3 and reader.blob_shas() == [e.blob_sha256]
-        assert reader.manifest.entries[0].blob_stored_size == service.library.blobs.size(e.blob_sha256)
+        assert reader.manifest.entries[0].blob_stored_size == service.library.blobs.stored_size(e.blob_sha256)
         assert hashlib.sha256(reader.read_blob(e.blob_sha256)).hexdigest() == e.blob_sha256
 
 

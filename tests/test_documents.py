@@ -65,7 +65,7 @@ def test_a_file_that_fits_is_stored_verbatim_and_grafts_as_its_context(service, 
     (e,) = fd.entries
     assert e.text == text and e.tokens == service.engine.model.tokenize(text)  # the file's own tokens
     assert fd.title == "Survey notes on Paquka" and fd.created == [True] and not fd.unchanged
-    ref = service.library.section_of(e.id)
+    ref = service.library.sources.section_of(e.id)
     assert (ref.path, ref.n, ref.of, ref.words()) == (str(f.resolve()), 1, 1, "note.txt")
     r = ask(service, "What is the river that runs through Paquka called?", budget=2, context=text)
     assert (r.source, r.entry_id, r.section["file"]) == ("prefix", e.id, str(f.resolve()))
@@ -86,7 +86,7 @@ def test_a_long_file_is_split_into_sections_that_start_with_title_and_heading(se
         assert second.startswith(f"Section {k} of {n}")
         assert e.n_tokens <= 300 and e.tokens == model.tokenize(e.text)
         assert e.title.startswith(f"The Osrenmi Survey, section {k} of {n}")
-        assert service.library.section_of(e.id).words() == f"survey.md, section {k} of {n}"
+        assert service.library.sources.section_of(e.id).words() == f"survey.md, section {k} of {n}"
     # every paragraph of the file is in exactly one section, in order
     paras = [p.strip() for p in body.split("\n\n") if p.strip()]
     joined = "\n\n".join(e.text.split("\n\n", 1)[1] for e in fd.entries)
@@ -124,11 +124,11 @@ def test_redeposit_unchanged_is_a_no_op_and_a_change_replaces_the_sections(servi
     f = tmp_path / "survey.md"
     f.write_text(long_markdown())
     first = deposit_file(service, f, section_tokens=300)
-    blobs = set(lib.blobs.iter_blobs())
+    blobs = set(lib.blobs.iter_shas())
     again = deposit_file(service, f, section_tokens=300)
     assert again.unchanged and not any(again.created) and again.prefill_s == 0
     assert [e.id for e in again.entries] == [e.id for e in first.entries]
-    assert set(lib.blobs.iter_blobs()) == blobs and lib.count() == len(first.entries)
+    assert set(lib.blobs.iter_shas()) == blobs and lib.count() == len(first.entries)
     # change the last sentence: only the section holding it is computed again, the old one goes
     f.write_text(long_markdown().replace("Mira Torquist", "Osk Varrel"))
     changed = deposit_file(service, f, section_tokens=300)
@@ -159,8 +159,8 @@ def test_a_cancelled_redeposit_leaves_the_old_sections_whole(service, tmp_path):
 
     with pytest.raises(Cancelled):
         deposit_file(service, f, section_tokens=300, progress=stop_at_second)
-    src = lib.source(str(f.resolve()), service.engine.fingerprint)
-    assert [e.id for _n, _h, e in lib.source_sections(src.id)] == [e.id for e in first.entries]
+    src = lib.sources.source(str(f.resolve()), service.engine.fingerprint)
+    assert [e.id for _n, _h, e in lib.sources.source_sections(src.id)] == [e.id for e in first.entries]
     assert lib.count() == len(first.entries)  # nothing of the new sections was committed
     done = deposit_file(service, f, section_tokens=300)
     assert all(done.created) and set(done.removed) == {e.id for e in first.entries}
@@ -172,7 +172,7 @@ def test_removing_a_section_by_hand_rebuilds_it_on_the_next_deposit(service, tmp
     f.write_text(long_markdown())
     first = deposit_file(service, f, section_tokens=300)
     lib.remove(first.entries[1].id)
-    assert lib.section_of(first.entries[1].id) is None
+    assert lib.sources.section_of(first.entries[1].id) is None
     again = deposit_file(service, f, section_tokens=300)
     assert not again.unchanged and again.created == [False] + [True] + [False] * (len(first.entries) - 2)
 
@@ -203,7 +203,7 @@ def test_bad_files_are_refused_with_a_reason_and_nothing_written(service, tmp_pa
         f.write_bytes(data)
     with pytest.raises(DocumentError, match=words):
         deposit_file(service, f)
-    assert service.library.count() == 0 and service.library.sources() == []
+    assert service.library.count() == 0 and service.library.sources.list() == []
 
 
 def test_cli_deposit_one_file_keeps_the_object_and_several_give_a_list(engine, tmp_path, monkeypatch):
@@ -314,7 +314,7 @@ def test_rm_file_forgets_a_moved_file_and_only_what_it_made(engine, tmp_path, mo
     assert f"forgot {a.resolve()}: removed entries " + ", ".join(f"#{i}" for i in made) in r.stdout
     assert f"forgot {b.resolve()}: no entry removed (each was stored before it" in r.stdout
     with open_library() as lib:
-        assert lib.sources() == [] and lib.count() == 1  # the --text deposit stays
+        assert lib.sources.list() == [] and lib.count() == 1  # the --text deposit stays
     again = runner.invoke(cli, ["rm", "--file", str(a)])
     assert again.exit_code == common.EXIT_INPUT and "no deposited file at" in again.output
     assert runner.invoke(cli, ["rm"]).exit_code == common.EXIT_USAGE

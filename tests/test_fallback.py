@@ -55,7 +55,7 @@ with open_library(Path(sys.argv[1])) as lib, LibraryService(eng, lib) as service
     t = chats.new_thread(system=text)
     a = chats.say(t.id, "Repeat the first sentence word for word.", max_tokens=16, check=True)
     b = chats.say(t.id, "Which boats leave first?", max_tokens=8, check=True)
-    turn = lib.turns(t.id)[0]
+    turn = lib.threads.turns(t.id)[0]
     out["chat"] = {
         "exact": [a.exact, b.exact, chats.check_turn(t.id, 1)["exact"], chats.check_turn(t.id, 2)["exact"]],
         "calls": turn.schedule.get("then", []),

@@ -102,7 +102,7 @@ def test_rebuild_is_all_or_nothing(engine, good_pack, tmp_path, monkeypatch):
             import_pack(service, other, rebuild=True, progress=cancel)  # cancelled after the first entry
         assert lib.count() == 0 and _pending(lib) == 0
         gc(lib, grace_s=0)
-        assert list(lib.blobs.iter_blobs()) == []  # what was staged is reclaimed
+        assert list(lib.blobs.iter_shas()) == []  # what was staged is reclaimed
 
         res = import_pack(service, other, rebuild=True)
         assert (res.imported, res.skipped, res.rebuilt) == (3, 0, 3)
@@ -195,7 +195,7 @@ def test_a_pack_with_an_unknown_checker_imports_and_verify_fails_only_that_entry
     future = pm.rebuild(
         good_pack, tmp_path / "future.kvpack", edit_manifest=lambda m: m["entries"][1].update(checker="regex_v9")
     )
-    with open_library() as lib, caplog.at_level(logging.WARNING, logger="kvgraft.app.packs.imports"):
+    with open_library() as lib, caplog.at_level(logging.WARNING, logger="kvgraft.app.packs.admission"):
         res = import_pack(LibraryService(engine, lib), future)
         assert res.imported == 3
         assert sorted(e.checker for e in lib.entries()) == ["numeric", "numeric", "regex_v9"]  # the name is kept
@@ -236,7 +236,7 @@ def test_a_file_without_a_document_suffix_is_not_deposited_unless_as_text(run, t
         r.exit_code == common.EXIT_INPUT and "not a valid zip archive" in json.loads(r.stdout)["refused"][0]["reason"]
     )
     with open_library() as lib:
-        assert lib.count() == 0 and lib.sources() == []
+        assert lib.count() == 0 and lib.sources.list() == []
     r = run(cli, ["deposit", str(host), "--as-text", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["file"] == str(host.resolve())

@@ -129,5 +129,5 @@ def test_cli_library_contracts(engine, monkeypatch, tmp_path):
     assert after["entries"] == before["entries"] - 1 and after["blobs"] == before["blobs"] - 1 == 0
     assert before["bytes"] > 0 and f"disk given back: {before['bytes']:,} bytes (1 blobs)" in gone.stdout
     with open_library() as lib:
-        assert list(lib.blobs.iter_blobs()) == []
+        assert list(lib.blobs.iter_shas()) == []
     assert run(cli, ["rm", "999"]).exit_code == 3

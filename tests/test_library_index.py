@@ -52,7 +52,7 @@ def test_add_get_and_dedupe(lib):
     )
     assert created3 and other.blob_sha256 == e.blob_sha256
     assert not other.verified and other.verified_at is None  # an answer nobody vouched for is stated, not verified
-    assert lib.stats()["blobs"] == 1 and len(list(lib.blobs.iter_blobs())) == 1
+    assert lib.stats()["blobs"] == 1 and len(list(lib.blobs.iter_shas())) == 1
     assert lib.get(e.id).tokens == [1, 2, 3]
     with pytest.raises(EntryNotFound):
         lib.get(999)
@@ -65,7 +65,7 @@ def test_bad_input_refused(lib):
         lib.add_entry(kind="document", text="t", tokens=[], blob=b"x", fingerprint=FP)
     with pytest.raises(BlobCorrupt, match="declared"):
         lib.add_entry(kind="document", text="t", tokens=[1], blob=b"x", fingerprint=FP, blob_sha256="0" * 64)
-    assert lib.count() == 0 and list(lib.blobs.iter_blobs()) == []
+    assert lib.count() == 0 and list(lib.blobs.iter_shas()) == []
 
 
 @pytest.mark.parametrize(
@@ -176,7 +176,7 @@ def test_remove_keeps_blob_until_gc(lib):
 
     e = add(lib, [1, 2])
     lib.remove(e.id)
-    assert lib.count() == 0 and lib.blobs.exists(e.blob_sha256)
+    assert lib.count() == 0 and lib.blobs.contains(e.blob_sha256)
     assert gc(lib)["removed_blobs"] == 1
-    assert not lib.blobs.exists(e.blob_sha256)
+    assert not lib.blobs.contains(e.blob_sha256)
     assert lib._db.execute("SELECT count(*) FROM prefix_keys").fetchone()[0] == 0

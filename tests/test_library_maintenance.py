@@ -79,7 +79,7 @@ def test_leftovers_are_reclaimable_not_problems(lib):
     r = fsck(lib, repair=True)
     assert r["ok"] and r["reclaimable"] == [] and r["repaired"]
     assert fsck(lib)["reclaimable"] == []
-    assert not tmp.exists() and not lib.blobs.exists(orphan_sha) and lib.blobs.exists(e.blob_sha256)
+    assert not tmp.exists() and not lib.blobs.contains(orphan_sha) and lib.blobs.contains(e.blob_sha256)
 
 
 def test_dangling_index_rows(lib):
@@ -101,10 +101,10 @@ def test_gc_keeps_live_pending_blob(lib):
         [sha, os.getpid(), os.uname().nodename],
     )
     lib._db.conn.commit()
-    assert gc(lib, grace_s=0)["removed_blobs"] == 0 and lib.blobs.exists(sha)
+    assert gc(lib, grace_s=0)["removed_blobs"] == 0 and lib.blobs.contains(sha)
     lib._db.execute("DELETE FROM pending_blobs")
     lib._db.conn.commit()
-    assert gc(lib, grace_s=0)["removed_blobs"] == 1 and not lib.blobs.exists(sha)
+    assert gc(lib, grace_s=0)["removed_blobs"] == 1 and not lib.blobs.contains(sha)
 
 
 def test_gc_against_concurrent_deposits(tmp_path):

@@ -47,7 +47,7 @@ def library_state():
     with open_library() as lib:
         return (
             lib.count(),
-            sorted(lib.blobs.iter_blobs()),
+            sorted(lib.blobs.iter_shas()),
             lib._db.execute("SELECT count(*) FROM packs").fetchone()[0],
             lib._db.execute("SELECT count(*) FROM pending_blobs").fetchone()[0],
         )

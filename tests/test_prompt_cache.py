@@ -171,7 +171,7 @@ def test_questions_after_one_long_system_prompt_store_its_last_block_once(engine
     for q in ("Which boats leave first?", "Who writes the ledger?", "When does the harbor open?", "What colour?"):
         cache.prepare(system + engine.model.tokenize(" Question: " + q, add_bos=False))
         cache.flush()
-    n, _ = cache.library.cache_bytes()
+    n, _ = cache.library.cache.cache_bytes()
     assert n == 1, f"{n} automatic states for four short questions after one system prompt"
     again = system + engine.model.tokenize(" Question: Which boats leave first?", add_bos=False)
     first = cache.prepare(again)
@@ -277,9 +277,9 @@ def test_a_stored_state_grafts_to_the_cold_bits_and_knowledge_is_never_evicted(e
     assert hit.source == "library" and hit.cached_tokens == max(cold_run.stores_queued) and hit.proof == "local"
     assert logits_sha256(cache.session.logits()) == want
     assert lib.search("ledger") and all(e.kind != "cache" for e in lib.search("ledger"))
-    assert lib.cache_bytes()[0] == len(cold_run.stores_queued)
+    assert lib.cache.cache_bytes()[0] == len(cold_run.stores_queued)
     make_cache(budget=1)  # a restart with a budget past which every cache state goes; the deposit stays
-    assert lib.cache_bytes() == (0, 0)
+    assert lib.cache.cache_bytes() == (0, 0)
     assert lib.get(knowledge.id).id == knowledge.id
     from kvgraft.library.maintenance import fsck, gc
 
@@ -297,15 +297,15 @@ def test_one_budget_keeps_a_threads_pinned_states_and_evicts_its_older_ones_with
     t = chats.new_thread(system="Be brief.")
     for q in ("Who writes the ledger?", "Which boats leave first?", "When does the harbor open?"):
         chats.say(t.id, q, max_tokens=4)
-    states = [turn.entry_id for turn in lib.turns(t.id)]
+    states = [turn.entry_id for turn in lib.threads.turns(t.id)]
     cache = make_cache()
     cache.prepare(prompt(engine, 20, " Question: who writes the ledger?"))
     cache.flush()
-    n, size = lib.cache_bytes()
+    n, size = lib.cache.cache_bytes()
     assert n == 1 + 2 and size > 0  # the automatic state and the thread's two older states; its newest is pinned
     make_cache(budget=1)  # a restart with a budget every unpinned state is past
-    assert lib.cache_bytes() == (0, 0)
-    kept = lib.existing_entries(states)
+    assert lib.cache.cache_bytes() == (0, 0)
+    kept = lib.threads.existing_entries(states)
     assert list(kept) == [states[-1]]  # the newest state stays while the thread exists
     again = chats.say(t.id, "And the blue ones?", max_tokens=4, check=True)
     assert again.tokens_restored == lib.get(states[-1]).n_tokens and again.exact is True

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import kvgraft.app.cli.common as common
-import kvgraft.app.packs.imports as packs_mod
+import kvgraft.app.packs.admission as packs_mod
 from kvgraft.app.packs.export import export_pack
 from kvgraft.app.service import LibraryService, open_library
 from kvgraft.entry import cli
@@ -74,7 +74,7 @@ def packs(engine, tmp_path_factory):
 
 def _state():
     with open_library() as lib:
-        return lib.count(), sorted(lib.blobs.iter_blobs()), lib._db.execute("SELECT count(*) FROM packs").fetchone()[0]
+        return lib.count(), sorted(lib.blobs.iter_shas()), lib._db.execute("SELECT count(*) FROM packs").fetchone()[0]
 
 
 def test_poisoned_pack_refused_at_import_naming_the_entry(packs, run):

@@ -83,7 +83,7 @@ def add_remote(home: Path, name: str, bucket: str, server) -> RemoteSpec:
 def library_state(home: Path):
     with Library(home) as lib:
         pending = lib._db.execute("SELECT count(*) FROM pending_blobs").fetchone()[0]
-        return lib.count(), sorted(lib.blobs.iter_blobs()), pending
+        return lib.count(), sorted(lib.blobs.iter_shas()), pending
 
 
 def _container(seed: int) -> tuple[str, bytes]:
@@ -158,7 +158,7 @@ def test_push_pull_graft_and_verify(team, s3_env, cli_engine, tmp_path):
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
     with Library(team.home) as lib:
-        sizes = {lib.blobs.size(lib.get(int(i)).blob_sha256) for i in ids}
+        sizes = {lib.blobs.stored_size(lib.get(int(i)).blob_sha256) for i in ids}
     assert (out["pushed"], out["skipped"], out["bytes"]) == (3, 0, sum(sizes)) and len(out["manifests"]) == 1
     out = json.loads(kv(team.home, "push", "t2", *ids, "--json").stdout)
     assert (out["pushed"], out["skipped"], out["bytes"]) == (0, 3, 0)  # the remote holds them: nothing sent

@@ -18,6 +18,9 @@ import jsonschema
 import pytest
 from pydantic import BaseModel, Field
 
+from kvgraft.app.core.jobs import Returned, Yielded
+from kvgraft.app.serve.worker import Text
+
 
 class Person(BaseModel):
     model_config = {"extra": "forbid"}
@@ -103,11 +106,11 @@ class _Worker:
     def submit(self, job) -> None:
         def run():
             time.sleep(self.delay)
-            job.emit(("prepared", SimpleNamespace(prompt_tokens=3, cached_tokens=0, as_dict=dict)))
-            job.emit(("text", "hello", []))
+            job.emit(Yielded("request", SimpleNamespace(prompt_tokens=3, cached_tokens=0, as_dict=dict)))
+            job.emit(Yielded("request", Text("hello", [])))
             job.emit(
-                (
-                    "done",
+                Returned(
+                    "request",
                     {
                         "text": "hello",
                         "completion_tokens": 1,

@@ -32,7 +32,7 @@ def _wait(home, check, timeout=30.0):
         time.sleep(0.3)
     with Library(home) as lib:
         held = [(e.id, e.n_tokens) for e in lib.entries()]
-        raise AssertionError(f"timed out: pins {lib.cache_pins()}, entries {held}")
+        raise AssertionError(f"timed out: pins {lib.cache.cache_pins()}, entries {held}")
 
 
 def _cli(home, *args) -> subprocess.CompletedProcess:
@@ -49,7 +49,7 @@ def test_a_pinned_prefix_outlives_the_budget_and_a_restart_then_unpin_ends_it(tm
         q = [{"role": "user", "content": "Which boats leave first?"}]
         first = c.messages.create(model="any", max_tokens=4, system=system, messages=q)
         assert first.usage.cache_creation_input_tokens > 0
-        pin = _wait(home, lambda lib: next((p for p in lib.cache_pins() if p.state == "pinned"), None))
+        pin = _wait(home, lambda lib: next((p for p in lib.cache.cache_pins() if p.state == "pinned"), None))
         assert pin.name.startswith("cache_control:") and pin.n_tokens == first.usage.cache_creation_input_tokens
         other = [{"role": "user", "content": "Something else entirely, with no system prompt."}]
         c.messages.create(model="any", max_tokens=4, messages=other)
@@ -90,7 +90,10 @@ def test_prompt_cache_key_pins_the_conversation_before_the_last_turn(tmp_path):
         r = c.chat.completions.create(model="any", messages=msgs, max_tokens=2, prompt_cache_key="harbor-agent")
         pins = r.model_extra["kvgraft"]["pins"]
         assert [p["name"] for p in pins] == ["harbor-agent"] and pins[0]["n_tokens"] < r.usage.prompt_tokens
-        got = _wait(home, lambda lib: lib.cache_pin("harbor-agent") if lib.cache_pin("harbor-agent").entry_id else None)
+        got = _wait(
+            home,
+            lambda lib: lib.cache.cache_pin("harbor-agent") if lib.cache.cache_pin("harbor-agent").entry_id else None,
+        )
         with Library(home) as lib:
             assert lib.get(got.entry_id).n_tokens == pins[0]["n_tokens"]
     finally:

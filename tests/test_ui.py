@@ -107,7 +107,7 @@ def test_drop_corrupt_pack_leaves_library_unchanged(qtbot, window, tiny_pack, tm
     assert "refused bad.kvpack" in summary and "not a valid zip archive" in summary
     assert window.entries.rowCount() == 0
     with open_library() as lib:
-        assert lib.count() == 0 and list(lib.blobs.iter_blobs()) == []
+        assert lib.count() == 0 and list(lib.blobs.iter_shas()) == []
 
 
 def test_drop_other_files(qtbot, window, tmp_path):
@@ -145,7 +145,7 @@ def test_cancel_a_dropped_document(qtbot, window, tmp_path):
     window.cancel_button.click()
     assert wait_message(qtbot, window, "import cancelled") == "cancelled"
     with open_library() as lib:
-        assert lib.count() == 0 and lib.sources() == []
+        assert lib.count() == 0 and lib.sources.list() == []
 
 
 def test_drop_real_gguf_offers_switch(qtbot, window, model_path, monkeypatch):

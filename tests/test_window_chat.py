@@ -128,7 +128,7 @@ def test_fork_stop_and_regenerate(qtbot, window):
     qtbot.waitUntil(lambda: w.chat.thread_id != tid, timeout=30_000)
     fork = w.chat.thread_id
     with open_library() as lib:
-        assert [t.n for t in lib.turns(fork)] == [1] and lib.thread(fork).forked_from == tid
+        assert [t.n for t in lib.threads.turns(fork)] == [1] and lib.threads.thread(fork).forked_from == tid
     b = say(qtbot, w, "And on pier 7?")
     assert b["thread"] == fork and b["turn"] == 2 and b["tokens_restored"] == a["tokens"]
 
@@ -152,13 +152,13 @@ def test_fork_stop_and_regenerate(qtbot, window):
     assert " exact (" in message(qtbot, w, "Check this turn")
 
     # Regenerate: the last turn is taken back and answered again from the state before it
-    turns_before = w.view.library.turns(fork)
+    turns_before = w.view.library.threads.turns(fork)
     done.clear()
     qtbot.waitUntil(lambda: not w.chat.busy, timeout=60_000)
     w.chat.regenerate()
     qtbot.waitUntil(lambda: bool(done) and not w.chat.busy, timeout=60_000)
     again = done[0]
-    turns = w.view.library.turns(fork)
+    turns = w.view.library.threads.turns(fork)
     assert len(turns) == len(turns_before) and turns[-1].user == "Go on."
     assert again["turn"] == nxt["turn"] and again["tokens_restored"] == stopped["tokens"]
     w.messages.clear()
@@ -235,7 +235,7 @@ def test_detail_view_thread_from_an_entry_and_delete_gives_the_disk_back(qtbot, 
     )
     w.library_panel.detail.thread_button.click()  # "Start a thread from this entry"
     qtbot.waitUntil(lambda: w.chat.thread_id is not None, timeout=30_000)
-    assert w.view.library.thread(w.chat.thread_id).from_entry_id == entry.id
+    assert w.view.library.threads.thread(w.chat.thread_id).from_entry_id == entry.id
     r = say(qtbot, w, "What is in the quarry?")
     assert r["tokens_restored"] == entry.n_tokens  # the document's state, grafted
     w.library_panel.show_detail()

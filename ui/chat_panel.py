@@ -6,7 +6,8 @@ what it took ("resumed 5,210 tokens in 31 ms - 18 prefilled - 24 decoded"); "exa
 turn whose check ran ("Check this turn" replays it in a new context and compares the bits).
 
 The panel reads threads and turns on the GUI thread's own connection (`reader`: a Library); every change
-goes out as a request to the engine thread (`op_requested`) and comes back as a worker signal.
+goes out as a request to the engine thread (`requested`: a WorkerOps method and its arguments) and comes
+back as a worker signal.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from PySide6.QtWidgets import (
 )
 
 from kvgraft.app.answer.chat import thread_listing
+
+from .worker_ops import WorkerOps
 
 STOPPED = {"callback": "stopped", "max_tokens": "cut at the token budget", "context_full": "cut: the context is full"}
 HINT = (
@@ -69,7 +72,7 @@ def turn_line(t) -> str:
 
 
 class ChatPanel(QWidget):
-    op_requested = Signal(str, list)  # ui/worker_ops.py op name, args
+    requested = Signal(object, list)  # a ui/worker_ops.py WorkerOps method and its arguments
     stop_requested = Signal()
 
     def __init__(self, reader, parent: QWidget | None = None) -> None:
@@ -200,7 +203,7 @@ class ChatPanel(QWidget):
         self.input.clear()
         tid = -1 if self.thread_id is None else self.thread_id
         self.pending = {"thread": tid, "user": text, "text": "", "regenerate": False}
-        self.op_requested.emit("chat_say", [tid, text, self.system.toPlainText().strip()])
+        self.requested.emit(WorkerOps.chat_say, [tid, text, self.system.toPlainText().strip()])
         self.render()
 
     def stop(self) -> None:
@@ -212,19 +215,19 @@ class ChatPanel(QWidget):
         if not turns or self.busy or not self._usable(self.thread_id):
             return
         self.pending = {"thread": self.thread_id, "user": turns[-1].user, "text": "", "regenerate": True}
-        self.op_requested.emit("chat_regenerate", [self.thread_id])
+        self.requested.emit(WorkerOps.chat_regenerate, [self.thread_id])
         self.render()
 
     def fork(self, turn: int) -> None:
         if self.thread_id is not None:
-            self.op_requested.emit("chat_fork", [self.thread_id, turn])
+            self.requested.emit(WorkerOps.chat_fork, [self.thread_id, turn])
 
     def check(self, turn: int) -> None:
         if self.thread_id is not None:
-            self.op_requested.emit("chat_check", [self.thread_id, turn])
+            self.requested.emit(WorkerOps.chat_check, [self.thread_id, turn])
 
     def start_from_entry(self, entry_id: int, title: str) -> None:
-        self.op_requested.emit("chat_new", [self.system.toPlainText().strip(), entry_id, title])
+        self.requested.emit(WorkerOps.chat_new, [self.system.toPlainText().strip(), entry_id, title])
 
     def _rename(self) -> None:
         if self.thread_id is None:
@@ -232,13 +235,13 @@ class ChatPanel(QWidget):
         old = self._threads[self.thread_id].title or ""
         title, ok = QInputDialog.getText(self, "Rename thread", "Title:", text=old)
         if ok:
-            self.op_requested.emit("chat_rename", [self.thread_id, title])
+            self.requested.emit(WorkerOps.chat_rename, [self.thread_id, title])
 
     def _delete(self) -> None:
         if self.thread_id is None or self.busy:
             return
         if QMessageBox.question(self, "Delete thread", f"Delete thread #{self.thread_id}?") == QMessageBox.Yes:
-            self.op_requested.emit("chat_delete", [self.thread_id])
+            self.requested.emit(WorkerOps.chat_delete, [self.thread_id])
 
     def _on_link(self, url: QUrl) -> None:
         action, _, n = url.toString().partition(":")
@@ -253,7 +256,7 @@ class ChatPanel(QWidget):
         tid = item.data(Qt.UserRole)
         if tid != self.thread_id:
             self.thread_id = tid
-            self._turns = self.reader.turns(tid)
+            self._turns = self.reader.threads.turns(tid)
             self.render()
             self._update_buttons()
 
@@ -268,10 +271,10 @@ class ChatPanel(QWidget):
     def refresh(self) -> None:
         """The thread list, then the conversation, from the index."""
         rows = self._listing = {r["thread"]: r for r in thread_listing(self.reader)}
-        threads = self._threads = {t.id: t for t in self.reader.threads()}
+        threads = self._threads = {t.id: t for t in self.reader.threads.list()}
         if self.thread_id is not None and self.thread_id not in threads:  # deleted
             self.thread_id = None
-        self._turns = self.reader.turns(self.thread_id) if self.thread_id is not None else []
+        self._turns = self.reader.threads.turns(self.thread_id) if self.thread_id is not None else []
         self.thread_list.blockSignals(True)
         self.thread_list.clear()
         for tid in sorted(rows, reverse=True):

@@ -42,7 +42,7 @@ def detail_html(lib, entry_id: int, fingerprint: str | None) -> str:
         rows.append(
             ("pack", f"{pack.get('file_name')} ({'signed ' + pack['signer'] if pack.get('signer') else 'unsigned'})")
         )
-    section = lib.section_of(e.id)
+    section = lib.sources.section_of(e.id)
     if section is not None:
         rows.append(("from", section.path + (f", section {section.n} of {section.of}" if section.of > 1 else "")))
         if section.heading:
@@ -50,7 +50,7 @@ def detail_html(lib, entry_id: int, fingerprint: str | None) -> str:
     for k, v in sorted((e.receipt or {}).items()):
         if isinstance(v, (str, int, float)):
             rows.append((f"receipt {k}", str(v)))
-    threads = lib.threads_from_entry(e.id)
+    threads = lib.threads.threads_from_entry(e.id)
     if threads:
         rows.append(("threads from it", ", ".join(f"#{t.id} {t.title or ''}".strip() for t in threads)))
     table = "".join(f"<tr><td><b>{html.escape(k)}</b></td><td>{html.escape(str(v))}</td></tr>" for k, v in rows)

@@ -35,12 +35,14 @@ from .collector import GuiCollector
 from .first_start import FirstStartDialog
 from .library_panel import LibraryPanel
 from .model_picker import ModelPicker, models_dir
+from .remote_ops import RemoteOps
 from .remote_panel import RemotePanel
 from .server_panel import ServerPanel
 from .settings_dialog import SettingsDialog, load_settings, save_settings
 from .window_files import WindowFiles
 from .window_messages import WindowMessages
 from .worker import EngineWorker, WorkerClient
+from .worker_ops import WorkerOps
 
 ICON = Path(kvgraft.__file__).resolve().parent / "kvgraft.svg"  # package data of kvgraft (packaging/kvgraft)
 
@@ -71,17 +73,17 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
         tabs = QTabWidget()
         self.setCentralWidget(tabs)
         self.chat = ChatPanel(self.view.library)
-        self.chat.op_requested.connect(lambda op, args: self.client.request_op.emit(op, args))
+        self.chat.requested.connect(lambda method, args: self.client.request_call.emit(method, args))
         self.chat.stop_requested.connect(lambda: self.worker.cancel())
         tabs.addTab(self.chat, "Chat")
         tabs.addTab(self._ask_tab(), "Ask")
         tabs.addTab(self._library_tab(), "Library")
         self.server = ServerPanel()
-        self.server.start_requested.connect(lambda opts: self.client.request_op.emit("server_start", [opts]))
-        self.server.stop_requested.connect(lambda: self.client.request_op.emit("server_stop", []))
+        self.server.start_requested.connect(lambda opts: self.client.call(WorkerOps.server_start, opts))
+        self.server.stop_requested.connect(lambda: self.client.call(WorkerOps.server_stop))
         tabs.addTab(self.server, "Server")
         self.remote = RemotePanel()  # holds no reference to the window (no cycle for the GC to meet later)
-        self.remote.op_requested.connect(lambda op, args: self.client.request_op.emit(op, args))
+        self.remote.requested.connect(lambda method, args: self.client.request_call.emit(method, args))
         self.remote.push_selected_requested.connect(self._push_selected_to_remote)
         tabs.addTab(self.remote, "Remote")
         self.tabs = tabs
@@ -221,7 +223,7 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
 
     def collect_garbage(self) -> None:
         """Remove thread states no thread needs and blobs nothing references (kvgraft gc)."""
-        self.client.request_op.emit("gc", [])
+        self.client.call(WorkerOps.gc)
 
     def _on_busy(self, busy: bool) -> None:
         self.progress.setVisible(busy)
@@ -288,7 +290,7 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
     def _push_selected_to_remote(self, name: str) -> None:
         ids = self.selected_ids()
         if ids:
-            self.client.request_op.emit("remote_push", [name, ids])
+            self.client.call(RemoteOps.remote_push, name, ids)
         else:
             self.remote.nothing_selected()
 
@@ -315,7 +317,7 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
     def _delete_selected(self) -> None:
         ids = self.selected_ids()
         if ids and self.confirm("Delete", f"Delete {len(ids)} entries? Their disk is given back."):
-            self.client.request_remove.emit(ids)
+            self.client.call(WorkerOps.remove, ids)
 
     def _choose_import(self) -> None:
         paths, _ = QFileDialog.getOpenFileNames(

@@ -10,21 +10,21 @@ from kvgraft.app.remote.manage import add_checked, forget, pull_named, push_name
 class RemoteOps:
     """Needs EngineWorker's signals (`remote_done`, `library_changed`, `progress`), `_run`, `_service`, `_cancel`."""
 
-    def op_remote_add(self, name: str, url: str, endpoint: str) -> None:
+    def remote_add(self, name: str, url: str, endpoint: str) -> None:
         def go():
             spec = add_checked(self._service().library, name, url, endpoint or None)
             self.remote_done.emit({"op": "add", **spec})
 
         self._run("remote", go)
 
-    def op_remote_rm(self, name: str) -> None:
+    def remote_rm(self, name: str) -> None:
         def go():
             forget(self._service().library, name)
             self.remote_done.emit({"op": "rm", "name": name})
 
         self._run("remote", go)
 
-    def op_remote_push(self, name: str, ids: list) -> None:
+    def remote_push(self, name: str, ids: list) -> None:
         def go():
             report = self._cancel.reporting(self.progress.emit)
             res = push_named(self._service().library, name, [int(i) for i in ids] or None, progress=report)
@@ -32,7 +32,7 @@ class RemoteOps:
 
         self._run("remote", go)
 
-    def op_remote_pull(self, name: str, require_signed: bool) -> None:
+    def remote_pull(self, name: str, require_signed: bool) -> None:
         def go():
             report = self._cancel.reporting(self.progress.emit)
             try:

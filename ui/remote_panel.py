@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from .remote_ops import RemoteOps
+
 
 def done_lines(r: dict) -> list[str]:
     """What a push or pull did, in words (the log's lines)."""
@@ -48,7 +50,7 @@ def done_lines(r: dict) -> list[str]:
 
 
 class RemotePanel(QWidget):
-    op_requested = Signal(str, list)  # ui/remote_ops.py: op_<name>(*args)
+    requested = Signal(object, list)  # a ui/remote_ops.py RemoteOps method and its arguments
     push_selected_requested = Signal(str)  # the remote's name; the window adds the Library tab's selection
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -77,14 +79,14 @@ class RemotePanel(QWidget):
         self.add_button = QPushButton("Add remote")
         self.add_button.clicked.connect(self._add)
         self.remove_button = QPushButton("Forget remote")
-        self.remove_button.clicked.connect(lambda: self._op("remote_rm", []))
+        self.remove_button.clicked.connect(lambda: self._op(RemoteOps.remote_rm, []))
         self.push_selected = QPushButton("Push selected entries")
         self.push_selected.setToolTip("The entries selected in the Library tab")
         self.push_selected.clicked.connect(self._push_selected)
         self.push_all = QPushButton("Push all")
-        self.push_all.clicked.connect(lambda: self._op("remote_push", [[]]))
+        self.push_all.clicked.connect(lambda: self._op(RemoteOps.remote_push, [[]]))
         self.pull_button = QPushButton("Pull")
-        self.pull_button.clicked.connect(lambda: self._op("remote_pull", [self.require_signed.isChecked()]))
+        self.pull_button.clicked.connect(lambda: self._op(RemoteOps.remote_pull, [self.require_signed.isChecked()]))
         self.require_signed = QCheckBox("only what a key I trust signed")
         for w in (self.add_button, self.remove_button, self.push_selected, self.push_all, self.pull_button):
             row.addWidget(w)
@@ -140,17 +142,17 @@ class RemotePanel(QWidget):
         self.state.setText(message)
 
     # -- requests --------------------------------------------------------------------------------
-    def _op(self, op: str, args: list) -> None:
+    def _op(self, op, args: list) -> None:
         name = self.current_name()
         if name is not None:
-            self.op_requested.emit(op, [name, *args])
+            self.requested.emit(op, [name, *args])
 
     def _add(self) -> None:
         name, url = self.name.text().strip(), self.url.text().strip()
         if not name or not url:
             self.state.setText("A remote needs a name and an s3://bucket[/prefix] URL.")
             return
-        self.op_requested.emit("remote_add", [name, url, self.endpoint.text().strip()])
+        self.requested.emit(RemoteOps.remote_add, [name, url, self.endpoint.text().strip()])
 
     def _push_selected(self) -> None:
         name = self.current_name()

@@ -16,13 +16,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import traceback
 from pathlib import Path
 
 from PySide6.QtCore import QMetaObject, QObject, Qt, QThread, Signal, Slot
 
 from kvgraft.app.answer.ask import ask as run_ask
-from kvgraft.app.core.errors import Cancelled, EngineError, LibraryError
+from kvgraft.app.core.errors import EngineError
+from kvgraft.app.core.jobs import Cancelled, Errored, Started, run_job
 from kvgraft.app.core.progress import CancelFlag
 from kvgraft.app.core.runtime import Settings, open_engine
 from kvgraft.app.ingest.import_files import import_files
@@ -118,23 +118,25 @@ class EngineWorker(QObject, WorkerOps, RemoteOps):
         return report
 
     def _run(self, op: str, fn) -> None:
+        """Run one operation through the one job runner (app/core/jobs.py): busy while it runs, and an
+        ending that is not a result reaches the window as `failed(op, message)`."""
         if self.engine is None and op != "start":
             self.failed.emit(op, "the model is not loaded yet")
             return
         if op != "start" and self._cancel.is_set():  # queued before a cancel: never started (a load is not stopped)
             self.failed.emit(op, "cancelled")
             return
-        self.busy.emit(True)
-        try:
-            fn()
-        except Cancelled:
-            self.failed.emit(op, "cancelled")
-        except Exception as exc:  # noqa: BLE001 (every error reaches the user as a message, never a crash)
-            if not isinstance(exc, (EngineError, LibraryError)):
-                traceback.print_exc()
-            self.failed.emit(op, str(exc) or type(exc).__name__)
-        finally:
-            self.busy.emit(False)
+        run_job(op, fn, self._on_event)
+
+    def _on_event(self, event) -> None:
+        if isinstance(event, Started):
+            self.busy.emit(True)
+            return
+        if isinstance(event, Cancelled):
+            self.failed.emit(event.job, "cancelled")
+        elif isinstance(event, Errored):
+            self.failed.emit(event.job, event.message)
+        self.busy.emit(False)
 
     # -- operations (slots run in the worker thread) ------------------------------------------
     @Slot()
@@ -245,13 +247,10 @@ class EngineWorker(QObject, WorkerOps, RemoteOps):
 
         self._run("export", go)
 
-    @Slot(list)
-    def remove(self, ids: list) -> None:
-        self.op_remove(ids)
-
-    @Slot(str, list)
-    def run_op(self, op: str, args: list) -> None:
-        WorkerOps.run_op(self, op, args)
+    @Slot(object, list)
+    def call(self, method, args: list) -> None:
+        """Run a WorkerOps or RemoteOps method here, on the engine thread (`WorkerClient.call`)."""
+        method(self, *args)
 
     @Slot()
     def drain_server(self) -> None:
@@ -291,9 +290,8 @@ class WorkerClient(QObject):
     request_import = Signal(list)
     request_verify = Signal(list, bool)
     request_export = Signal(list, str)
-    request_remove = Signal(list)
     request_repair = Signal()
-    request_op = Signal(str, list)  # ui/worker_ops.py: op_<name>(*args)
+    request_call = Signal(object, list)  # a WorkerOps/RemoteOps method and its arguments: run on the worker
 
     def __init__(self, worker: EngineWorker) -> None:
         super().__init__()
@@ -308,12 +306,15 @@ class WorkerClient(QObject):
         self.request_import.connect(worker.import_files)
         self.request_verify.connect(worker.verify)
         self.request_export.connect(worker.export)
-        self.request_remove.connect(worker.remove)
         self.request_repair.connect(worker.repair)
-        self.request_op.connect(worker.run_op)
+        self.request_call.connect(worker.call)
         # run in the worker thread as it ends: its warm context is freed by the thread that owns it
         self.thread.finished.connect(worker.release_contexts, Qt.DirectConnection)
         self.thread.start()
+
+    def call(self, method, *args) -> None:
+        """Queue `method(worker, *args)` for the engine thread: a WorkerOps or RemoteOps method, by reference."""
+        self.request_call.emit(method, list(args))
 
     def stop(self, timeout_ms: int = 60_000) -> bool:
         """Cancel what runs, stop the thread, then release the worker's library and engine.

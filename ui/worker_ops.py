@@ -1,5 +1,8 @@
 """The engine worker's conversation, server and disk operations (mixed into ui/worker.EngineWorker).
 
+The window asks for one by its method (`WorkerClient.call(WorkerOps.chat_say, ...)`): a reference a
+search finds, never a name in a string.
+
 They run on the one engine thread like every other operation: a thread's reply, a turn's check, the
 server's jobs (app/serve/embedded.py: the HTTP thread queues them and wakes this thread), and every
 write to the index. The GUI thread reads the index on its own connection and never waits on these.
@@ -25,9 +28,6 @@ class WorkerOps:
     _server: EmbeddedServer | None = None
     max_reply_tokens = 256
 
-    def run_op(self, op: str, args: list) -> None:
-        getattr(self, f"op_{op}")(*args)
-
     # -- conversations ---------------------------------------------------------------------------
     def _chats(self) -> ChatService:
         return ChatService(self._service())
@@ -41,7 +41,7 @@ class WorkerOps:
         r = say(stream)
         self.chat_done.emit({**r.as_dict(), "wall_ms": round((time.perf_counter() - t0) * 1e3, 1)})
 
-    def op_chat_say(self, thread_id: int, message: str, system: str) -> None:
+    def chat_say(self, thread_id: int, message: str, system: str) -> None:
         def go():
             tid = thread_id
             if tid < 0:  # the first message of a new thread
@@ -52,7 +52,7 @@ class WorkerOps:
 
         self._run("chat", go)
 
-    def op_chat_regenerate(self, thread_id: int) -> None:
+    def chat_regenerate(self, thread_id: int) -> None:
         sampling = regenerate_sampling(random.randrange(2**31))
 
         def go():
@@ -65,7 +65,7 @@ class WorkerOps:
 
         self._run("regenerate", go)
 
-    def op_chat_new(self, system: str, from_entry: int, title: str) -> None:
+    def chat_new(self, system: str, from_entry: int, title: str) -> None:
         def go():
             t = self._chats().new_thread(
                 system=system or None, from_entry=None if from_entry < 0 else from_entry, title=title or None
@@ -74,24 +74,26 @@ class WorkerOps:
 
         self._run("new thread", go)
 
-    def op_chat_fork(self, thread_id: int, turn: int) -> None:
+    def chat_fork(self, thread_id: int, turn: int) -> None:
         self._run("fork", lambda: self.chat_changed.emit(self._chats().fork(thread_id, turn).id))
 
-    def op_chat_rename(self, thread_id: int, title: str) -> None:
-        self._run("rename", lambda: self.chat_changed.emit(self._service().library.rename_thread(thread_id, title).id))
+    def chat_rename(self, thread_id: int, title: str) -> None:
+        self._run(
+            "rename", lambda: self.chat_changed.emit(self._service().library.threads.rename_thread(thread_id, title).id)
+        )
 
-    def op_chat_delete(self, thread_id: int) -> None:
+    def chat_delete(self, thread_id: int) -> None:
         def go():
             self._chats().remove(thread_id)
             self.chat_changed.emit(-1)
 
         self._run("delete thread", go)
 
-    def op_chat_check(self, thread_id: int, turn: int) -> None:
+    def chat_check(self, thread_id: int, turn: int) -> None:
         self._run("check", lambda: self.turn_checked.emit(self._chats().check_turn(thread_id, turn)))
 
     # -- disk --------------------------------------------------------------------------------------
-    def op_remove(self, ids: list) -> None:
+    def remove(self, ids: list) -> None:
         def go():
             out = remove_entries(self._service().library, ids)
             out.pop("removed")
@@ -100,7 +102,7 @@ class WorkerOps:
 
         self._run("remove", go)
 
-    def op_gc(self) -> None:
+    def gc(self) -> None:
         def go():
             out = collect(self._service().library)
             self.library_changed.emit()
@@ -109,7 +111,7 @@ class WorkerOps:
         self._run("gc", go)
 
     # -- the server --------------------------------------------------------------------------------
-    def op_server_start(self, opts: dict) -> None:
+    def server_start(self, opts: dict) -> None:
         def go():
             if self._server is not None:
                 self.server_state.emit({"running": True, "url": self._server.url})
@@ -125,7 +127,7 @@ class WorkerOps:
 
         self._run("server", go)
 
-    def op_server_stop(self) -> None:
+    def server_stop(self) -> None:
         def go():
             out = self.stop_server()
             self.server_state.emit({"running": False, **out})

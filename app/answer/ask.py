@@ -299,7 +299,7 @@ def _retrieved(asked: _Asked, entry, suffix, budget, best, runners_up, stop=("\n
 
 def _retrieved_result(asked: _Asked, gen, answer, entry, g, suffix, best, runners_up, **extra) -> AskResult:
     """The result of a retrieved entry, named by its file and section where it came from one."""
-    section = asked.service.library.section_of(entry.id)
+    section = asked.service.library.sources.section_of(entry.id)
     return asked.result(
         gen,
         answer,
@@ -359,7 +359,7 @@ def _from_prefix_or_fresh(
             grafted = {"tokens_restored": 0, "graft_ms": None, "tokens_prefilled": len(prompt)}
         gen, answer = asked.decode(s, asked.budget, stop)
     best = ranked[0] if ranked else None
-    section = lib.section_of(prefix.id) if prefix is not None else None
+    section = lib.sources.section_of(prefix.id) if prefix is not None else None
     return asked.result(
         gen,
         answer,

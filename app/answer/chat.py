@@ -84,7 +84,7 @@ class ChatService:
                 raise ChatError(
                     f"entry #{from_entry} cannot be grafted by this engine (another fingerprint, damaged, or unproven)"
                 )
-        return self.library.create_thread(
+        return self.library.threads.create_thread(
             format=self.format.name,
             fingerprint=self.engine.fingerprint,
             model_sha256=self.engine.model.info.sha256,
@@ -94,10 +94,10 @@ class ChatService:
         )
 
     def fork(self, thread_id: int, turn: int) -> Thread:
-        return self.library.fork_thread(thread_id, turn)
+        return self.library.threads.fork_thread(thread_id, turn)
 
     def remove(self, thread_id: int) -> Thread:
-        return self.library.remove_thread(thread_id)
+        return self.library.threads.remove_thread(thread_id)
 
     # -- a message ----------------------------------------------------------------------------
     def _check_engine(self, thread: Thread) -> None:
@@ -111,7 +111,7 @@ class ChatService:
 
     def _sources(self, thread: Thread, turns: list[Turn]) -> list[tuple[list[int], dict, Entry]]:
         """Stored states the thread may resume from, newest first: (tokens, schedule, entry)."""
-        kept = self.library.existing_entries([t.entry_id for t in turns])  # gc removes older states
+        kept = self.library.threads.existing_entries([t.entry_id for t in turns])  # gc removes older states
         out = [(t.tokens, t.schedule, kept[t.entry_id]) for t in reversed(turns) if t.entry_id in kept]
         if thread.from_entry_id is not None:
             base = self.library.get(thread.from_entry_id)
@@ -133,9 +133,9 @@ class ChatService:
         tokens, does not depend on how they were picked."""
         if not message.strip():
             raise ChatError("the message is empty")
-        thread = self.library.thread(thread_id)
+        thread = self.library.threads.thread(thread_id)
         self._check_engine(thread)
-        turns = self.library.turns(thread_id)
+        turns = self.library.threads.turns(thread_id)
         history = [(t.user, t.reply) for t in turns]
         sources = self._sources(thread, turns)
         fmt, model = self.format, self.engine.model
@@ -202,7 +202,7 @@ class ChatService:
             proof=LOCAL,
             schedule=after_schedule,
         )
-        turn = self.library.add_turn(
+        turn = self.library.threads.add_turn(
             thread_id,
             user=message,
             reply=gen.text,
@@ -224,7 +224,7 @@ class ChatService:
             t0 = time.perf_counter()
             exact = self.replay_matches(target, before_schedule, before)
             replay_ms = round((time.perf_counter() - t0) * 1e3, 3)
-            self.library.set_turn_checked(thread_id, turn.n, exact)
+            self.library.threads.set_turn_checked(thread_id, turn.n, exact)
         return SayResult(
             thread=thread_id,
             turn=turn.n,
@@ -253,18 +253,18 @@ class ChatService:
         sampling: SamplingParams | None = None,
     ) -> SayResult:
         """Take back the thread's last turn and answer its message again (from the state before it)."""
-        thread = self.library.thread(thread_id)
+        thread = self.library.threads.thread(thread_id)
         self._check_engine(thread)
-        last = self.library.drop_last_turn(thread_id)
+        last = self.library.threads.drop_last_turn(thread_id)
         return self.say(thread_id, last.user, max_tokens=max_tokens, on_text=on_text, sampling=sampling)
 
     def check_turn(self, thread_id: int, n: int) -> dict:
         """Compute turn `n` in a new context (in the schedule it was decoded in, where the batching decides the
         bits; one prefill on a batch-invariant engine): are the logits before its reply
         the same bits, and is the stored state after it byte-equal to the replay's? Records the result."""
-        thread = self.library.thread(thread_id)
+        thread = self.library.threads.thread(thread_id)
         self._check_engine(thread)
-        turns = self.library.turns(thread_id)
+        turns = self.library.threads.turns(thread_id)
         if not 1 <= n <= len(turns):
             raise ChatError(f"thread #{thread_id} has no turn {n} (it has {len(turns)})")
         turn = turns[n - 1]
@@ -286,10 +286,10 @@ class ChatService:
             if turn.decoded:
                 decode_in_calls(fresh, tokens[len(before) :], calls[cut:])
             state = fresh.snapshot()
-        stored = self.library.existing_entries([turn.entry_id]).get(turn.entry_id)
+        stored = self.library.threads.existing_entries([turn.entry_id]).get(turn.entry_id)
         state_equal = None if stored is None else state.sha256 == stored.blob_sha256
         exact = logits_equal and state_equal is not False
-        self.library.set_turn_checked(thread_id, n, exact)
+        self.library.threads.set_turn_checked(thread_id, n, exact)
         return {
             "thread": thread_id,
             "turn": n,
@@ -310,9 +310,9 @@ class ChatService:
 
 def thread_view(library, thread_id: int) -> dict:
     """A thread and its turns (token counts, the state's address), JSON-ready: `kvgraft chat show`."""
-    thread = library.thread(thread_id)
-    turns = library.turns(thread_id)
-    states = library.existing_entries([t.entry_id for t in turns])
+    thread = library.threads.thread(thread_id)
+    turns = library.threads.turns(thread_id)
+    states = library.threads.existing_entries([t.entry_id for t in turns])
     out = thread.as_dict()
     out["turns"] = [
         {
@@ -332,10 +332,10 @@ def thread_view(library, thread_id: int) -> dict:
 
 def thread_listing(library) -> list[dict]:
     """Every thread: turns, transcript tokens, session bytes (`kvgraft chat list`)."""
-    sizes = library.session_bytes_by_thread()
+    sizes = library.threads.session_bytes_by_thread()
     out = []
-    for th in library.threads():
-        turns = library.turns(th.id)
+    for th in library.threads.list():
+        turns = library.threads.turns(th.id)
         out.append(
             {
                 "thread": th.id,

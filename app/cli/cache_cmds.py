@@ -21,7 +21,7 @@ def cache() -> None:
 def cache_list(as_json) -> None:
     """Every named pin: its tokens, whether its state is stored (pinned) or not yet (pending), when it ends."""
     with open_library(cli_home()) as lib:
-        pins = lib.cache_pins()
+        pins = lib.cache.cache_pins()
     rows = [
         {
             "name": p.name,
@@ -49,7 +49,7 @@ def cache_list(as_json) -> None:
 def cache_unpin(name) -> None:
     """End a pin now: its state becomes an ordinary cache state (evicted least recently used past the budget)."""
     with open_library(cli_home()) as lib:
-        gone = lib.unpin(name)
+        gone = lib.cache.unpin(name)
     if not gone:
         click.echo(f"no pin named {name!r} (kvgraft cache list)", err=True)
         raise SystemExit(EXIT_INPUT)

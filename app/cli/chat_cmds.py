@@ -182,7 +182,7 @@ def chat_show(thread, as_json) -> None:
 def chat_fork(thread, turn, as_json) -> None:
     """A new thread from turn N of THREAD (its stored state is grafted when the fork goes on)."""
     with open_library(cli_home()) as lib:
-        new = lib.fork_thread(thread, turn)
+        new = lib.threads.fork_thread(thread, turn)
     if as_json:
         emit_json({"thread": new.id, "forked_from": thread, "turn": turn})
     else:
@@ -195,5 +195,5 @@ def chat_fork(thread, turn, as_json) -> None:
 def chat_rm(thread) -> None:
     """Delete a thread (its states are reclaimed by kvgraft gc once no thread uses them)."""
     with open_library(cli_home()) as lib:
-        lib.remove_thread(thread)
+        lib.threads.remove_thread(thread)
     click.echo(f"removed thread #{thread}")

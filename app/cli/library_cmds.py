@@ -105,8 +105,8 @@ def show(entry_id, as_json) -> None:
     with open_library(cli_home()) as lib:
         e = lib.get(entry_id)
         pack = lib.pack(e.pack_id) if e.pack_id else None
-        on_disk = lib.blobs.size(e.blob_sha256)
-        section = lib.section_of(e.id)
+        on_disk = lib.blobs.stored_size(e.blob_sha256)
+        section = lib.sources.section_of(e.id)
     provenance = provenance_text(pack)
     if as_json:
         emit_json(
@@ -189,7 +189,7 @@ def rm(entry_ids, files) -> None:
             click.echo(f"removed entry #{e.id} ({e.n_tokens:,} tokens)")
         for f in files:
             path = str(f.expanduser().resolve())  # the file itself may be gone: its path is its identity
-            gone = lib.forget_source(path)
+            gone = lib.sources.forget_source(path)
             if gone is None:
                 raise LibraryError(f"no deposited file at {path}")
             click.echo(

@@ -10,7 +10,6 @@ from kvgraft.app.cli.common import EXIT_INPUT, cli_home, emit_json, engine_optio
 from kvgraft.app.cli.keys_cmds import resolve_key
 from kvgraft.app.remote.manage import add_checked, forget, pull_named, push_named, remotes
 from kvgraft.app.service import LibraryService, open_library
-from kvgraft.library.remotes import get_remote
 
 
 @click.group()
@@ -115,7 +114,7 @@ def pull(state, name, require_signed, as_json) -> None:
     when nothing was refused, 3 otherwise.
     """
     with open_library(cli_home()) as lib:
-        get_remote(lib, name)  # an unknown name is refused before the model loads
+        lib.remotes.get(name)  # an unknown name is refused before the model loads
         with LibraryService(state.engine(), lib) as service:
             res = pull_named(service, name, require_signed=require_signed, progress=stage_progress("pull"))
     if as_json:

@@ -294,7 +294,7 @@ def deposit_file(
     if fit < 64:
         raise DocumentError(f"a context of {engine.config.n_ctx:,} tokens leaves no room for a document")
     budget = min(fit, section_tokens)
-    same = lib.unchanged_source(str(p), engine.fingerprint, file_sha, budget, fit)
+    same = lib.sources.unchanged_source(str(p), engine.fingerprint, file_sha, budget, fit)
     if same is not None and (title is None or title == same[0].title):
         src, entries = same
         return FileDeposit(str(p), src.title, entries, [False] * len(entries), unchanged=True)
@@ -309,7 +309,7 @@ def deposit_file(
         sections = split_sections(engine.model, doc_title, text, budget, markdown)
     n = len(sections)
     out = FileDeposit(str(p), doc_title)
-    with lib.source_update(str(p), engine.fingerprint) as update:
+    with lib.sources.source_update(str(p), engine.fingerprint) as update:
         for k, (heading, stext, stoks) in enumerate(sections, start=1):
             entry_title = (
                 doc_title if n == 1 else f"{doc_title}, section {k} of {n}" + (f": {heading}" if heading else "")

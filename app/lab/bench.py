@@ -101,7 +101,7 @@ def prefix_methods(
             fingerprint=fp,
             elided=snap.elided,
         )
-        stored = lib.blobs.size(entry.blob_sha256)
+        stored = lib.blobs.stored_size(entry.blob_sha256)
         extra.update(
             blob_sha256=entry.blob_sha256,
             blob_bytes=entry.blob_size,

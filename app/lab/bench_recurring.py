@@ -128,5 +128,5 @@ def recurring(engine: Engine, lib: Library, n: int, runs: int, say: Callable[[st
         "exact": all(matches) and fresh_match,
         "runs": runs,
         "ready_blob_bytes": ready.blob_size,
-        "ready_blob_stored_bytes": lib.blobs.size(ready.blob_sha256),
+        "ready_blob_stored_bytes": lib.blobs.stored_size(ready.blob_sha256),
     }

@@ -30,6 +30,7 @@ from kvgraft.engine.engine import Engine
 from kvgraft.engine.errors import EngineError
 from kvgraft.engine.lookup_decode import call_size, replay_calls
 from kvgraft.engine.state import parse_state
+from kvgraft.library.schedule import parse_schedule  # noqa: F401 (the replay's callers read schedules here too)
 
 
 def decode_in_calls(session, tokens: Sequence[int], calls: Sequence | None = None) -> None:
@@ -43,51 +44,9 @@ def decode_in_calls(session, tokens: Sequence[int], calls: Sequence | None = Non
         raise ValueError(f"the recorded decode calls do not describe these tokens: {exc}") from exc
 
 
-def _parse_call(c, n_batch: int):
-    """One recorded call: a positive size, or a verify call {"fed": [1..n_batch token ids], "kept": 1..len(fed)}."""
-    if isinstance(c, int) and not isinstance(c, bool) and c >= 1:
-        return c
-    if isinstance(c, dict) and set(c) == {"fed", "kept"}:
-        fed, kept = c["fed"], c["kept"]
-        if (
-            isinstance(fed, list)
-            and 1 <= len(fed) <= n_batch
-            and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in fed)
-            and isinstance(kept, int)
-            and not isinstance(kept, bool)
-            and 1 <= kept <= len(fed)
-        ):
-            return {"fed": list(fed), "kept": kept}
-    raise ValueError(
-        f"a schedule's call {str(c)[:80]!r} is neither a positive size nor a verify call "
-        f"{{fed: 1..{n_batch} token ids, kept: 1..len(fed)}}"
-    )
-
-
 def schedule_of(engine: Engine) -> dict:
     """The decode schedule a deposit on `engine` uses, as entries record it."""
     return {"prefill": "chunks", "n_batch": engine.config.n_batch, "n_ubatch": engine.config.n_ubatch}
-
-
-def parse_schedule(raw) -> dict | None:
-    """A recorded schedule, checked (ValueError naming the problem); None stays None (the default)."""
-    if raw is None:
-        return None
-    ok = isinstance(raw, dict) and all(
-        isinstance(raw.get(k), int) and not isinstance(raw.get(k), bool) and raw[k] >= 1
-        for k in ("n_batch", "n_ubatch")
-    )
-    if not ok or raw["n_ubatch"] > raw["n_batch"]:
-        raise ValueError(
-            f"a schedule {str(raw)[:80]!r} is not {{n_batch, n_ubatch}}: positive integers, n_ubatch <= n_batch"
-        )
-    out = {"prefill": "chunks", "n_batch": raw["n_batch"], "n_ubatch": raw["n_ubatch"]}
-    then = raw.get("then")
-    if then is not None:
-        if not isinstance(then, list) or not then:
-            raise ValueError(f"a schedule's 'then' {str(then)[:80]!r} is not a list of calls")
-        out["then"] = [_parse_call(c, raw["n_batch"]) for c in then]
-    return out
 
 
 def prefill_in_schedule(

@@ -1,24 +1,24 @@
-"""A remote manifest and its downloaded blobs, read the way a `.kvpack` is read (library/pack.py's
-`PackReader` interface), so that a pull proves and commits its entries with the import's own code
-(app/packs/imports.py, library/importer.py): the same checks, the same proof rules, one transaction.
+"""A pull's downloaded blobs, read as an object store (library/stores.py), so a pull admits its
+entries through the one way in (app/packs/admission.py) as an import does a pack's.
 
-Blobs were checked against their addresses as they were downloaded (app/remote/pull.py); those
-spilled to temp files are checked again as they are read: a file changed in between is refused.
+Each blob was checked against its address as it was downloaded (app/remote/pull.py): one read from the
+remote, one SHA-256 pass, on a download thread. Held in memory, it is handed to the admission as it
+is (no second hash); spilled to a temp file past the memory budget, it is checked again as it is read
+back: a file changed in between is refused.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
 from kvgraft.library import container
-from kvgraft.library.errors import BlobCorrupt
-from kvgraft.library.manifest import Manifest
+from kvgraft.library.errors import BlobCorrupt, BlobMissing
 from kvgraft.library.pack import PackError
-from kvgraft.library.signing import Signer
+from kvgraft.library.stores import ObjectStore
 
 
 @dataclass(frozen=True)
@@ -31,77 +31,53 @@ class Held:
     chunks: bytes  # SHA-256 of each 2 MiB chunk of `stored` (what the library's index keeps)
 
 
-class FetchedPack:
-    compact = True  # the remote format stores compact containers only (format 2 and up)
+class DownloadedBlobs(ObjectStore):
+    """Read-only: the blobs one pull downloaded and checked, in memory or spilled to temp files."""
 
-    def __init__(
-        self,
-        label: str,
-        manifest: Manifest,
-        blob_files: dict[str, "Held | Path"],  # checked blobs: in memory, or spilled to a temp file
-        signer: Signer | None,
-        signature_error: str | None,
-        indices: list[int] | None = None,
-    ) -> None:
-        self.path = Path(label)  # what the packs table records as the file name
-        self.full = manifest
-        self.indices = list(range(len(manifest.entries))) if indices is None else list(indices)
-        self.manifest = dataclasses.replace(
-            manifest,
-            entries=tuple(manifest.entries[i] for i in self.indices),
-            raw={**manifest.raw, "entries": [manifest.raw["entries"][i] for i in self.indices]},
-        )
-        self.blob_files = blob_files
-        self.signer, self.signature_error = signer, signature_error
-        self.max_blob_size: int | None = None
-        self._sizes = {e.blob_sha256: e.blob_size for e in self.manifest.entries}
+    def __init__(self, blobs: dict[str, "Held | Path"]) -> None:
+        self.blobs = blobs
 
-    def subset(self, positions: list[int]) -> "FetchedPack":
-        """The same manifest with only these entries (positions in this reader's own entry list)."""
-        sub = FetchedPack(
-            str(self.path),
-            self.full,
-            self.blob_files,
-            self.signer,
-            self.signature_error,
-            [self.indices[p] for p in positions],
-        )
-        sub.max_blob_size = self.max_blob_size
-        return sub
+    def contains(self, sha256: str) -> bool:
+        return sha256 in self.blobs
 
-    def blob_shas(self) -> list[str]:
-        return sorted({e.blob_sha256 for e in self.manifest.entries})
+    def stored_size(self, sha256: str) -> int | None:
+        held = self.blobs.get(sha256)
+        if held is None:
+            return None
+        return len(held.stored) if isinstance(held, Held) else held.stat().st_size
 
-    def stored_chunks(self, sha256: str) -> bytes | None:
-        """The chunk digests of a container held in memory, computed on a download thread."""
-        held = self.blob_files.get(sha256)
+    def get_stored(self, sha256: str, limit: int | None = None) -> bytes:
+        held = self.blobs.get(sha256)
+        if held is None:
+            raise BlobMissing(f"blob {sha256[:16]}... was not downloaded")
+        return held.stored if isinstance(held, Held) else held.read_bytes()
+
+    def add_stored(self, sha256: str, data: bytes) -> bool:
+        raise PackError("a pull's downloaded blobs are read-only")
+
+    def iter_shas(self) -> Iterator[str]:
+        return iter(sorted(self.blobs))
+
+    def known_chunks(self, sha256: str) -> bytes | None:
+        held = self.blobs.get(sha256)
         return held.chunks if isinstance(held, Held) else None
 
-    def read_blob(self, sha256: str):
-        return self.read_blob_stored(sha256)[1]
-
-    def read_blob_ranges(self, sha256: str):
-        return self.read_blob_stored(sha256)[1:]
-
-    def read_blob_stored(self, sha256: str):
-        """(container, canonical bytes, elided ranges). A blob held in memory was decoded and
-        checked as it was downloaded (its canonical bytes are handed out as they are); one spilled
-        to a temp file is checked again as it is read back."""
-        held = self.blob_files.get(sha256)
+    def read_checked(self, sha256: str, expected_size: int | None = None, max_size: int | None = None):
+        """(container, canonical bytes, elided ranges). A blob held in memory was decoded and checked as
+        it was downloaded: handed out as it is, after its sizes; a spilled one is checked again."""
+        held = self.blobs.get(sha256)
         if held is None:
             raise PackError(f"blob {sha256[:16]}... was not downloaded")
-        if isinstance(held, Held):  # each entry's declared sizes, checked against what was downloaded
-            if len(held.canonical) != self._sizes.get(sha256):
-                raise PackError(
-                    f"blob {sha256[:16]}... holds {len(held.canonical):,} bytes, the manifest says "
-                    f"{self._sizes.get(sha256)}"
-                )
-            if self.max_blob_size is not None and len(held.canonical) > self.max_blob_size:
+        if isinstance(held, Held):
+            size = len(held.canonical)
+            if expected_size is not None and size != expected_size:
+                raise PackError(f"blob {sha256[:16]}... holds {size:,} bytes, the manifest says {expected_size:,}")
+            if max_size is not None and size > max_size:
                 raise PackError(f"blob {sha256[:16]}... decodes to more than a state of this context")
             return held.stored, held.canonical, held.ranges
         try:
             stored = held.read_bytes()
-            data, ranges = container.decode_checked(stored, sha256, self._sizes.get(sha256), self.max_blob_size)
+            data, ranges = container.decode_checked(stored, sha256, expected_size, max_size)
             return stored, data, ranges
         except BlobCorrupt as exc:
             raise PackError(str(exc)) from exc

@@ -12,7 +12,6 @@ from kvgraft.app.remote.push import PushResult, push, why_not_pushable
 from kvgraft.app.service import LibraryService
 from kvgraft.library.errors import LibraryError
 from kvgraft.library.remote import RemoteRepo, RemoteSpec, parse_url
-from kvgraft.library.remotes import add_remote, get_remote, list_remotes, remove_remote
 
 
 def spec_dict(s: RemoteSpec) -> dict:
@@ -23,15 +22,15 @@ def add_checked(lib, name: str, url: str, endpoint_url: str | None = None) -> di
     """Add a remote once its bucket answers with these credentials (a bucket is never created)."""
     bucket, prefix = parse_url(url)
     RemoteRepo(RemoteSpec(name, bucket, prefix, endpoint_url)).blobs.check_reachable()
-    return {**spec_dict(add_remote(lib, name, url, endpoint_url)), "reachable": True}
+    return {**spec_dict(lib.remotes.add(name, url, endpoint_url)), "reachable": True}
 
 
 def remotes(lib) -> list[dict]:
-    return [spec_dict(s) for s in list_remotes(lib)]
+    return [spec_dict(s) for s in lib.remotes.list()]
 
 
 def forget(lib, name: str) -> None:
-    remove_remote(lib, name)
+    lib.remotes.remove(name)
 
 
 def push_named(
@@ -43,7 +42,7 @@ def push_named(
     progress: Progress = no_progress,
 ) -> PushResult:
     """Push entries by id (each must be pushable, or nothing is pushed), by search, or all (None, None)."""
-    spec = get_remote(lib, name)
+    spec = lib.remotes.get(name)
     if ids:
         entries = [lib.get(i) for i in ids]
         bad = [(e.id, why) for e in entries if (why := why_not_pushable(lib, e))]
@@ -60,9 +59,9 @@ def pull_named(
     service: LibraryService, name: str, require_signed: bool = False, progress: Progress = no_progress
 ) -> PullResult:
     return pull(
-        service, RemoteRepo(get_remote(service.library, name)), require_signed=require_signed, progress=progress
+        service, RemoteRepo(service.library.remotes.get(name)), require_signed=require_signed, progress=progress
     )
 
 
 def verify_named(lib, name: str, progress: Progress = no_progress) -> RemoteCheck:
-    return verify_remote(RemoteRepo(get_remote(lib, name)), trust_store(lib.root), progress=progress)
+    return verify_remote(RemoteRepo(lib.remotes.get(name)), trust_store(lib.root), progress=progress)

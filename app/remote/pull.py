@@ -8,11 +8,11 @@
    size, its container header, and the SHA-256 of its canonical bytes against its name. A blob
    that is absent or does not hash to its name refuses the entries that name it, saying so. A
    transfer that breaks (the server gone, a timeout) stops the pull before anything is imported.
-4. Per manifest, each entry is checked as `kvgraft import` checks a pack entry (tokens, state
-   layout, canonical form; app/packs/imports.py) and proven the same way: taken as signed when a
-   key you trust signed a manifest made under this engine's fingerprint, else replayed here. An
-   entry that fails is refused with its reason, the others go on.
-5. Each manifest's accepted entries are committed in one transaction (library/importer.py).
+4. Per manifest, each entry goes the one way in (app/packs/admission.py), as a pack's entry does: its
+   tokens, its state layout and canonical form (each blob already checked once, as it was downloaded),
+   and its proof: taken as signed when a key you trust signed a manifest made under this engine's
+   fingerprint, else replayed here. An entry that fails is refused with its reason, the others go on.
+5. Each manifest's accepted entries are committed in one transaction (library/admission.py).
 """
 
 from __future__ import annotations
@@ -25,36 +25,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvgraft.app.core.progress import Progress, no_progress
-from kvgraft.app.packs.imports import (
-    canonicalizer,
-    fingerprint_difference,
-    prove_entries,
-    state_size_limit,
-    trusted_name,
-    validate_pack,
-)
+from kvgraft.app.packs.admission import admit, label, state_size_limit
+from kvgraft.app.packs.imports import fingerprint_difference, trusted_name
 from kvgraft.app.packs.trust import trust_store
 from kvgraft.app.remote import WORKERS, in_order
-from kvgraft.app.remote.fetched import FetchedPack, Held
-from kvgraft.app.service import LibraryService, model_record
+from kvgraft.app.remote.fetched import DownloadedBlobs, Held
+from kvgraft.app.service import LibraryService
 from kvgraft.library import container
+from kvgraft.library.admission import SourceRecord, memory_budget
 from kvgraft.library.blobstore import chunk_digests
-from kvgraft.library.errors import BlobCorrupt, BlobMissing, LibraryError, StorageFull
-from kvgraft.library.importer import commit_pack
+from kvgraft.library.errors import BlobCorrupt, BlobMissing, StorageFull
 from kvgraft.library.manifest import Manifest
-from kvgraft.library.pack import PackError
 from kvgraft.library.remote import MANIFEST_ERRORS, RemoteRepo
 from kvgraft.library.signing import SigningError
-
-
-def memory_budget() -> int:
-    """Checked blob bytes a pull holds in memory (a quarter of RAM, 256 MiB to 4 GiB); the rest wait
-    in temp files and are checked again when read back."""
-    try:
-        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        ram = 4 << 30
-    return max(256 << 20, min(4 << 30, ram // 4))
 
 
 @dataclass
@@ -85,9 +68,8 @@ class _Fetched:
     signature_error: str | None
 
 
-def _entry_name(msha: str, i: int, e) -> str:
-    label = (e.title or e.question or e.text.strip().split("\n", 1)[0])[:60]
-    return f"{msha[:12]}#{i} {label!r}"
+def _entry_name(msha: str, e) -> str:
+    return f"{msha[:12]}#{e.position} {label(e)}"
 
 
 def pull(
@@ -126,7 +108,7 @@ def pull(
             if here is not None and here.proven and here.damaged is None and here.blob_sha256 == e.blob_sha256:
                 res.skipped += 1
             elif why is not None:
-                res.refused.append({"entry": _entry_name(f.sha, i, e), "reason": why})
+                res.refused.append({"entry": _entry_name(f.sha, e), "reason": why})
             else:
                 wanted.setdefault(f.sha, []).append(i)
                 blobs[e.blob_sha256] = max(blobs.get(e.blob_sha256, 0), e.blob_stored_size)
@@ -139,7 +121,7 @@ def pull(
     try:
         files, bad, res.bytes = _download(repo, blobs, tmp, state_size_limit(engine), progress, workers)
         free = shutil.disk_usage(lib.root).free
-        need = sum(_size(p) for s, p in files.items() if not lib.blobs.exists(s))
+        need = sum(_size(p) for s, p in files.items() if not lib.blobs.contains(s))
         if need > free:
             raise StorageFull(f"the pull needs {need / 1e6:,.0f} MB and the disk has {free / 1e6:,.0f} MB free")
         by_sha = {f.sha: f for f in fetched}
@@ -151,11 +133,11 @@ def pull(
                 e = f.manifest.entries[i]
                 held = files.get(e.blob_sha256)
                 if e.blob_sha256 in bad:
-                    res.refused.append({"entry": _entry_name(msha, i, e), "reason": bad[e.blob_sha256]})
+                    res.refused.append({"entry": _entry_name(msha, e), "reason": bad[e.blob_sha256]})
                 elif _size(held) != e.blob_stored_size:  # each entry's own declaration, not another's
                     why = f"blob {e.blob_sha256[:16]}... is {_size(held):,} bytes, "
                     why += f"the entry declares {e.blob_stored_size:,}"
-                    res.refused.append({"entry": _entry_name(msha, i, e), "reason": why})
+                    res.refused.append({"entry": _entry_name(msha, e), "reason": why})
                 else:
                     ok.append(i)
             _import_manifest(service, f, ok, files, trust, repo.spec.name, res, progress)
@@ -192,7 +174,7 @@ def _refusal(engine, m: Manifest, signer, trust, require_signed: bool) -> str | 
             f"{engine.model.info.name} ({engine.model.info.sha256[:12]}...)"
         )
     if m.format_version < 3 or m.fingerprint != engine.fingerprint:
-        theirs = m.raw.get("engine")
+        theirs = m.engine
         return (
             f"made under engine fingerprint {m.fingerprint[:12]}..., this engine is {engine.fingerprint[:12]}... "
             f"({fingerprint_difference(theirs, engine.fingerprint_info)}); its states are not this engine's bits"
@@ -260,54 +242,30 @@ def _import_manifest(
     res: PullResult,
     progress: Progress,
 ) -> None:
-    """Check, prove and commit one manifest's entries at `positions`; refusals are recorded per entry."""
-    engine = service.engine
-    reader = FetchedPack(
-        f"remote {remote_name}: manifests/{f.sha[:12]}", f.manifest, files, f.signer, f.signature_error
-    )
-    reader.max_blob_size = state_size_limit(engine)
-    good, tokens, address = [], [], {}
-    for i in positions:  # each entry checked alone, so one bad entry refuses only itself
-        one = reader.subset([i])
-        try:
-            t, a = validate_pack(service, one)
-        except (PackError, LibraryError) as exc:
-            res.refused.append({"entry": _entry_name(f.sha, i, f.manifest.entries[i]), "reason": str(exc)})
-            continue
-        good.append(i)
-        tokens += t
-        address.update(a)
-    if not good:
-        return
-    sub = reader.subset(good)
-    signer_name = trusted_name(sub, trust)
-    try:
-        proofs = prove_entries(service, sub, tokens, address, signer_name, True, progress)
-    except PackError:  # a replay that did not reproduce a state: find which, prove the others
-        keep, proofs = [], []
-        for k, i in enumerate(good):
-            one = reader.subset([i])
-            try:
-                proofs += prove_entries(service, one, [tokens[k]], address, signer_name, True, progress)
-                keep.append(k)
-            except PackError as exc:
-                res.refused.append({"entry": _entry_name(f.sha, i, f.manifest.entries[i]), "reason": str(exc)})
-        good, tokens = [good[k] for k in keep], [tokens[k] for k in keep]
-        if not good:
-            return
-        sub = reader.subset(good)
-    done = commit_pack(
-        service.library,
-        sub,
-        tokens,
+    """Admit one manifest's entries at `positions` (app/packs/admission.py, not strict: one bad entry
+    refuses only itself, with its reason)."""
+    m = f.manifest
+    record = SourceRecord(
         f.sha,
-        model_record(engine),
-        signer=f.signer.key_id if f.signer else None,
-        canonicalize=canonicalizer(engine),
-        proofs=proofs,
+        f"remote {remote_name}: manifests/{f.sha[:12]}",
+        m.format_version,
+        m.kvgraft_version,
+        f.signer.key_id if f.signer else None,
+        len(m.entries),
+        m.model_sha256,
     )
-    res.imported += done["imported"]
-    res.skipped += done["skipped"]
-    for p in proofs:
+    done = admit(
+        service,
+        DownloadedBlobs(files),
+        [m.entries[i] for i in positions],
+        record,
+        signer_name=trusted_name(f.signer, trust),
+        strict=False,
+        progress=progress,
+    )
+    res.refused += [{"entry": _entry_name(f.sha, e), "reason": why} for e, why in done.refused]
+    res.imported += done.imported
+    res.skipped += done.skipped
+    for p in done.proofs:
         if p.existing_id is None:
             res.proof[p.proof] = res.proof.get(p.proof, 0) + 1

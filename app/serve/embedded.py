@@ -4,8 +4,9 @@ The HTTP side is the same Starlette app (app/serve/http.py) under uvicorn, on a 
 differs from `kvgraft serve` is who runs the jobs: not a thread of the server's, but the caller's engine
 thread (the window's worker, which also answers questions and threads), so there is one model load, one
 llama.cpp caller and one writer to the index. `submit` (any thread) queues a job and calls `wake`; the
-owner of the engine thread then calls `drain` there, which runs the queued jobs through the one decode
-loop (app/serve/worker.py `serve_job`) and stores the states the prompt cache captured.
+owner of the engine thread then calls `drain` there (app/core/jobs.py `JobQueue.drain`), which runs the
+queued jobs through the one decode loop (app/serve/worker.py `serve_job`) and stores the states the
+prompt cache captured.
 
 `start`, `drain` and `stop` run on the engine thread; `submit` and the attributes http.py reads
 (`ready`, `load_error`, `depth`, `service`, `cache`) are safe from the HTTP thread.
@@ -13,7 +14,6 @@ loop (app/serve/worker.py `serve_job`) and stores the states the prompt cache ca
 
 from __future__ import annotations
 
-import queue
 import socket
 import threading
 import time
@@ -21,10 +21,11 @@ from typing import Callable
 
 import uvicorn
 
+from kvgraft.app.core.jobs import Cancelled, Errored, Event, JobQueue, Returned, Yielded
 from kvgraft.app.serve.http import Server, ServerConfig, build_app
 from kvgraft.app.serve.prompt_cache import PromptCache
 from kvgraft.app.serve.run import ServeError, ServeOptions, check_options
-from kvgraft.app.serve.worker import Job, JobQueue, serve_job, store_one
+from kvgraft.app.serve.worker import ServeJob, Text, refuse, serve_job, store_one
 from kvgraft.app.service import LibraryService
 
 
@@ -55,7 +56,7 @@ class EmbeddedServer(JobQueue):
         return f"http://{host}:{self.port}/v1"
 
     # -- the HTTP thread -----------------------------------------------------------------------
-    def submit(self, job: Job) -> None:
+    def submit(self, job: ServeJob) -> None:
         super().submit(job)
         self._wake()
 
@@ -93,36 +94,20 @@ class EmbeddedServer(JobQueue):
             raise ServeError(f"the server on {self.url} did not start")
         self.ready.set()
 
-    def drain(self) -> int:
-        """Run the queued jobs, then store what the cache captured while nothing waits. Returns the jobs run."""
-        n = 0
-        while True:
-            try:
-                job = self._q.get_nowait()
-            except queue.Empty:
-                break
-            self.busy = True
-            try:
-                self._serve_logged(job)
-            finally:
-                self.busy = False
-            store_one(self.cache)
-            n += 1
-        while self.cache.pending and self._q.empty():
-            store_one(self.cache)
-        return n
-
-    def _serve_logged(self, job: Job) -> None:
+    # -- app/core/jobs.py JobQueue's hooks: `drain` runs the queued requests, then stores what waits --
+    def run(self, job: ServeJob) -> None:
         seen: dict = {"status": "cancelled"}
         emit = job.emit
 
-        def logged(event: tuple) -> None:
-            if event[0] == "prepared":
-                seen["prepared"] = event[1]
-            elif event[0] == "done":
-                seen.update(status="ok", completion_tokens=event[1]["completion_tokens"])
-            elif event[0] == "error":
-                seen["status"] = event[1]
+        def logged(event: Event) -> None:
+            if isinstance(event, Yielded) and not isinstance(event.value, Text):
+                seen["prepared"] = event.value
+            elif isinstance(event, Returned):
+                seen.update(status="ok", completion_tokens=event.value["completion_tokens"])
+            elif isinstance(event, Errored):
+                seen["status"] = event.code
+            elif isinstance(event, Cancelled):
+                seen["status"] = "cancelled"
             emit(event)
 
         job.emit = logged
@@ -142,9 +127,18 @@ class EmbeddedServer(JobQueue):
                 }
             )
 
+    def after(self) -> None:
+        store_one(self.cache)
+
+    def has_idle_work(self) -> bool:
+        return bool(self.cache.pending)
+
+    def idle(self) -> None:
+        store_one(self.cache)
+
     def stop(self) -> dict:
         """Refuse what waits, stop the HTTP thread, store the pending states, free the cache's context."""
-        self.refuse_waiting()
+        refuse(self.waiting())
         if self._uvicorn is not None:
             self._uvicorn.should_exit = True
         if self._thread is not None:

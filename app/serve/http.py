@@ -1,7 +1,7 @@
 """The HTTP side of `kvgraft serve`: a Starlette app speaking the OpenAI API (no hand-written HTTP).
 
 Handlers parse and check a request (app/serve/openai_api.py), tokenize it (the model is safe to read
-from any thread), refuse a prompt that does not fit with a 400, queue a `Job` for the engine thread
+from any thread), refuse a prompt that does not fit with a 400, queue a `ServeJob` for the engine thread
 (a full queue: 429 with Retry-After), and relay what the engine thread sends: one JSON response, or
 server-sent events ending with `data: [DONE]`. Every error is an OpenAI error object, never a
 traceback. A client that goes away mid-request cancels its job: the engine stops at the next token.
@@ -29,13 +29,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from kvgraft.app.core.jobs import Cancelled, Errored, Event, Returned, Started
 from kvgraft.app.proof.chat_format import ChatFormat, ChatFormatError, paragraph_boundary
 from kvgraft.app.serve import messages_api, openai_shapes, responses_api, tools
 from kvgraft.app.serve import openai_api as api
 from kvgraft.app.serve.metrics import Metrics
 from kvgraft.app.serve.openai_api import ApiError, CompletionRequest
 from kvgraft.app.serve.openai_shapes import engine_error as _engine_error
-from kvgraft.app.serve.worker import EngineWorker, Job, QueueFull
+from kvgraft.app.serve.worker import EngineWorker, QueueFull, ServeJob
 from kvgraft.engine.constraint import Grammar, GrammarError, styled
 from kvgraft.library.tokens import tokens_sha256
 
@@ -212,15 +213,15 @@ class Server:
                     ping_message_factory=lambda: ServerSentEvent(comment="keep-alive"),
                 )
             first = await self._next(request, job, events)
-            if first[0] == "error":
+            if isinstance(first, (Errored, Cancelled)):
                 raise _engine_error(first)
         except ApiError as exc:
             self.metrics.request(endpoint, exc.status)
             return surface.error(exc)
         self.metrics.request(endpoint, 200)
-        return await self._whole(request, surface, req, job, events, first[1])
+        return await self._whole(request, surface, req, job, events, first.value)
 
-    async def _job(self, req: CompletionRequest) -> tuple[Job, asyncio.Queue]:
+    async def _job(self, req: CompletionRequest) -> tuple[ServeJob, asyncio.Queue]:
         model = self.worker.service.engine.model
         stops, boundaries, spec, pins = req.stop, [], req.tools, ()
         if req.chat:
@@ -255,10 +256,11 @@ class Server:
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
-        def emit(event: tuple) -> None:
-            loop.call_soon_threadsafe(events.put_nowait, event)
+        def emit(event: Event) -> None:
+            if not isinstance(event, Started):  # a request's events start with its prompt read (or its failure)
+                loop.call_soon_threadsafe(events.put_nowait, event)
 
-        job = Job(
+        job = ServeJob(
             tokens=tokens,
             max_tokens=req.max_tokens,
             emit=emit,
@@ -277,7 +279,7 @@ class Server:
         )
         return job, events
 
-    async def _next(self, request: Request, job: Job, events: asyncio.Queue) -> tuple:
+    async def _next(self, request: Request, job: ServeJob, events: asyncio.Queue) -> Event:
         """The next event of `job`; a client that disconnects meanwhile cancels it."""
         while True:
             try:
@@ -287,15 +289,15 @@ class Server:
                     job.cancel.set()
                     raise ApiError(499, "the client went away", code="client_closed") from None
 
-    async def _whole(self, request, surface, req: CompletionRequest, job: Job, events, prep) -> Response:
+    async def _whole(self, request, surface, req: CompletionRequest, job: ServeJob, events, prep) -> Response:
         while True:
             ev = await self._next(request, job, events)
-            if ev[0] == "done":
+            if isinstance(ev, Returned):
                 break
-            if ev[0] == "error":
+            if isinstance(ev, (Errored, Cancelled)):
                 return surface.error(_engine_error(ev))
-        self.metrics.decoded(ev[1]["completion_tokens"])
-        return JSONResponse(surface.whole(self, req, ev[1], prep))
+        self.metrics.decoded(ev.value["completion_tokens"])
+        return JSONResponse(surface.whole(self, req, ev.value, prep))
 
 
 def _pins(fmt: ChatFormat, model, msgs: list[dict], listed, tokens: list[int]) -> tuple:

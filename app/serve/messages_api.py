@@ -26,10 +26,12 @@ import json
 
 from starlette.responses import JSONResponse
 
+from kvgraft.app.core.jobs import Cancelled, Errored, Returned, Yielded
 from kvgraft.app.serve import openai_api as api
 from kvgraft.app.serve import tools
 from kvgraft.app.serve.api_errors import ApiError, bad
 from kvgraft.app.serve.openai_shapes import engine_error
+from kvgraft.app.serve.worker import Text
 
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens"}
 ERROR_TYPES = {
@@ -219,15 +221,15 @@ async def stream(server, req, job, events):
     try:
         while True:
             ev = await events.get()
-            if ev[0] == "prepared":
-                prep = ev[1]
+            if isinstance(ev, Yielded) and not isinstance(ev.value, Text):
+                prep = ev.value
                 message = {"id": ident, "type": "message", "role": "assistant", "model": server.model_id, "content": []}
                 yield _event(
                     "message_start",
                     message={**message, "stop_reason": None, "stop_sequence": None, "usage": _usage(prep, None)},
                 )
-            elif ev[0] == "text":
-                text += ev[1]
+            elif isinstance(ev, Yielded):
+                text += ev.value.piece
                 cut = tools.held_back(text) if req.tools.active else len(text)
                 if cut > len(shown):
                     if not open_text:
@@ -237,12 +239,12 @@ async def stream(server, req, job, events):
                         "content_block_delta", index=index, delta={"type": "text_delta", "text": text[len(shown) : cut]}
                     )
                     shown = text[:cut]
-            elif ev[0] == "error":
+            elif isinstance(ev, (Errored, Cancelled)):
                 exc = engine_error(ev)
                 yield _event("error", error={"type": ERROR_TYPES.get(exc.status, "api_error"), "message": exc.message})
                 return
-            elif ev[0] == "done":
-                done = ev[1]
+            elif isinstance(ev, Returned):
+                done = ev.value
                 server.metrics.decoded(done["completion_tokens"])
                 blocks, reason, stop_seq = _blocks(req, done)
                 calls = [b for b in blocks if b["type"] == "tool_use"]

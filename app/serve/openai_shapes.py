@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 
+from kvgraft.app.core.jobs import Cancelled, Errored, Returned, Yielded
 from kvgraft.app.serve import openai_api as api
 from kvgraft.app.serve import tools
 from kvgraft.app.serve.api_errors import ApiError
+from kvgraft.app.serve.worker import Text
 
 
 def timings(prep, done: dict) -> dict:
@@ -28,14 +30,17 @@ def timings(prep, done: dict) -> dict:
     }
 
 
-def engine_error(ev: tuple) -> ApiError:
-    _, code, message = ev
+def engine_error(ev: Errored | Cancelled) -> ApiError:
+    """What an ending that is not an answer becomes (app/core/jobs.py's events)."""
+    if isinstance(ev, Cancelled):
+        return ApiError(408, "the request ran past its time limit", code="timeout")
+    code, message = ev.code, ev.message
+    if code == "internal":  # a bug: its type for the log reader, never its words (nor a traceback) to a client
+        return ApiError(500, f"internal error ({ev.kind})", "server_error", code="engine_error")
     if code == "context_length_exceeded":
         return ApiError(400, message, code=code)
     if code == "shutting_down":
         return ApiError(503, message, "unavailable_error", code=code)
-    if code == "cancelled":
-        return ApiError(408, "the request ran past its time limit", code="timeout")
     return ApiError(500, message, "server_error", code=code)
 
 
@@ -98,23 +103,24 @@ async def stream_events(server, req, job, events):
             yield chunk({"role": "assistant", "content": ""}, [])
         while True:
             ev = await events.get()
-            if ev[0] == "prepared":
-                prep = ev[1]
-            elif ev[0] == "text":
+            if isinstance(ev, Yielded) and not isinstance(ev.value, Text):
+                prep = ev.value
+            elif isinstance(ev, Yielded):
+                piece, lps = ev.value.piece, ev.value.logprobs
                 if not hold:
-                    if ev[1] or ev[2]:
-                        yield chunk(ev[1], ev[2])
+                    if piece or lps:
+                        yield chunk(piece, lps)
                     continue
-                text, waiting = text + ev[1], waiting + ev[2]
+                text, waiting = text + piece, waiting + lps
                 cut = tools.held_back(text)
                 if cut > len(shown):
                     yield chunk(text[len(shown) : cut], waiting)
                     shown, waiting = text[:cut], []
-            elif ev[0] == "error":
+            elif isinstance(ev, (Errored, Cancelled)):
                 yield {"data": json.dumps(engine_error(ev).body())}
                 break
-            elif ev[0] == "done":
-                done = ev[1]
+            elif isinstance(ev, Returned):
+                done = ev.value
                 server.metrics.decoded(done["completion_tokens"])
                 reason = api.finish_reason(done["stop_reason"])
                 tail = waiting + done["tail_logprobs"]

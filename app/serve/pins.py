@@ -11,7 +11,7 @@ def pin_prefixes(cache, tokens: list[int], pins, prep) -> set[int]:
     for name, length, ttl in pins:
         if not 0 < length <= len(tokens):
             continue
-        pin = cache.library.pin_prefix(name, tokens[:length], cache.engine.fingerprint, ttl)
+        pin = cache.library.cache.pin_prefix(name, tokens[:length], cache.engine.fingerprint, ttl)
         if pin.entry_id is None and cache.budget_bytes > 0 and cache.invariant:
             force.add(length)
         prep.pins.append({"name": name, "n_tokens": length, "state": pin.state})

@@ -10,7 +10,7 @@ batched, so:
 1. the warm context keeps every token it holds (the last prompt and its reply) that the new prompt
    shares (`Session.trim` to the first difference, at most n-1: the last token is decoded for its
    logits); only what is new is decoded, as llama-server does;
-2. unless the library holds a longer shared prefix (`Library.cache_candidates`): then that state is
+2. unless the library holds a longer shared prefix (`Library.cache.cache_candidates`): then that state is
    grafted (read, hash-checked, restored) and trimmed to what the prompt shares, where a trim is exact
    (`usable`: stored states are canonical, their dead sliding-window cells zeroed, so a state longer
    than the window is used whole or one token short);
@@ -62,6 +62,8 @@ MAX_PENDING = 8  # captured states waiting for idle time; past this the oldest i
 
 class ContextLengthExceeded(DecodeError):
     """The prompt does not fit the context (with room for one token of reply)."""
+
+    code = "context_length_exceeded"  # what app/core/jobs.py reports it as (a 400, not a 500)
 
 
 @dataclass
@@ -141,7 +143,7 @@ class PromptCache:
         s.prefill([self.engine.model.bos])
         s.logits()
         s.reset(clear_data=False)
-        self.service.reserve_graft_buffer(self.library.largest_cache_blob())
+        self.service.reserve_graft_buffer(self.library.cache.largest_cache_blob())
 
     @property
     def pending(self) -> int:
@@ -271,7 +273,7 @@ class PromptCache:
         """(the stored state to graft, how many of its tokens to keep, the longest stored state that is a
         whole prefix of the prompt): one query over the prompt's prefix keys."""
         n, best, use, stored = len(tokens), None, 0, 0
-        for entry, shared in self.library.cache_candidates(tokens, self.engine.fingerprint):
+        for entry, shared in self.library.cache.cache_candidates(tokens, self.engine.fingerprint):
             if shared == entry.n_tokens:
                 stored = max(stored, shared)
             u = self.usable(entry, shared, n)
@@ -297,7 +299,7 @@ class PromptCache:
         s = self.session
         s.reset(clear_data=False)
         g = self.service.graft(s, entry)
-        self.library.touch_cache_state(entry.id)
+        self.library.cache.touch_cache_state(entry.id)
         prep.source, prep.entry_id, prep.proof = "library", entry.id, entry.proof
         prep.tokens_restored, prep.graft_ms = g.n_tokens, g.total_ms
         self.counters.hits_library += 1
@@ -350,7 +352,7 @@ class PromptCache:
         calls = aligned_calls(len(tokens), block) if block else []
         if len(calls) > 1:  # decoded in aligned blocks: the calls after the first are part of the bits
             schedule["then"] = calls[1:]
-        _, created = self.library.add_cache_state(
+        _, created = self.library.cache.add_cache_state(
             block,
             text=self.engine.model.detokenize(tokens),
             tokens=list(tokens),
@@ -368,9 +370,9 @@ class PromptCache:
 
     def evict(self) -> int:
         """Remove least recently used cache states past the budget (after each store, and at start)."""
-        removed, _ = self.library.evict_cache(self.budget_bytes)
+        removed, _ = self.library.cache.evict_cache(self.budget_bytes)
         self.counters.evicted += removed
-        self.last_size = self.library.cache_bytes()
+        self.last_size = self.library.cache.cache_bytes()
         return removed
 
     def flush(self) -> int:

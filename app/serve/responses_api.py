@@ -29,10 +29,12 @@ import re
 import tempfile
 from pathlib import Path
 
+from kvgraft.app.core.jobs import Cancelled, Errored, Returned, Yielded
 from kvgraft.app.serve import openai_api as api
 from kvgraft.app.serve import tools
 from kvgraft.app.serve.api_errors import bad
 from kvgraft.app.serve.openai_shapes import engine_error
+from kvgraft.app.serve.worker import Text
 
 RESPONSE_ID = re.compile(r"resp_[0-9a-f]{24}")
 log = logging.getLogger(__name__)
@@ -289,10 +291,10 @@ async def stream(server, req, job, events):
         yield event("response.in_progress", response=head)
         while True:
             ev = await events.get()
-            if ev[0] == "prepared":
-                prep = ev[1]
-            elif ev[0] == "text":
-                text += ev[1]
+            if isinstance(ev, Yielded) and not isinstance(ev.value, Text):
+                prep = ev.value
+            elif isinstance(ev, Yielded):
+                text += ev.value.piece
                 cut = tools.held_back(text) if req.tools.active else len(text)
                 if cut > len(shown):
                     if not opened:
@@ -310,13 +312,13 @@ async def stream(server, req, job, events):
                         delta=text[len(shown) : cut],
                     )
                     shown = text[:cut]
-            elif ev[0] == "error":
+            elif isinstance(ev, (Errored, Cancelled)):
                 exc = engine_error(ev)
                 failed = {**head, "status": "failed", "error": {"code": exc.code, "message": exc.message}}
                 yield event("response.failed", response=failed)
                 return
-            elif ev[0] == "done":
-                done = ev[1]
+            elif isinstance(ev, Returned):
+                done = ev.value
                 server.metrics.decoded(done["completion_tokens"])
                 output = _output(req, done)
                 if opened or (output and output[0]["type"] == "message"):

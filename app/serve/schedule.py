@@ -60,13 +60,13 @@ def prepare_aligned(cache, tokens: list[int], on_progress, prep) -> int:
     n, s, lib, fp, block = len(tokens), cache.session, cache.library, cache.engine.fingerprint, cache.block
     points = reuse_points(n, block)
     warm = cache.warm_point(tokens, points)
-    entry = lib.cached_state(tokens, [p for p in points if p > warm], fp, block)
+    entry = lib.cache.cached_state(tokens, [p for p in points if p > warm], fp, block)
     if entry is not None:
         start = stored = cache.graft_entry(entry, prep)
     elif warm:
         s.trim(warm)
         start = warm
-        below = lib.cached_state(tokens, [p for p in points if p <= warm], fp, block)
+        below = lib.cache.cached_state(tokens, [p for p in points if p <= warm], fp, block)
         stored = below.n_tokens if below is not None else 0
         cache.count_warm(prep, warm)
     else:

@@ -103,7 +103,8 @@ def verify_targets(
             if expected_pack_sha is not None and inp["sha256"] != expected_pack_sha.get(str(Path(p).resolve())):
                 raise LibraryError(f"{p} is not the pack the receipts name (its SHA-256 changed)")
             inputs.append(inp)
-            items += pack_items(reader, inp["sha256"], trusted_signer=trusted_name(reader, trust_store(lib.root)))
+            signer = trusted_name(reader.signer, trust_store(lib.root))
+            items += pack_items(reader, inp["sha256"], trusted_signer=signer)
         if entries is not None:
             inputs.append({"type": "library", "path": str(lib.root), "entries": len(entries)})
             items += library_items(service, entries)

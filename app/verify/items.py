@@ -31,7 +31,6 @@ from kvgraft.app.proof.receipt import Receipt, probe_for
 from kvgraft.app.proof.replay import (
     engine_for,
     expected_tokens,
-    parse_schedule,
     prefill_in_schedule,
     signer_vouch,
 )
@@ -40,7 +39,7 @@ from kvgraft.app.service import LibraryService
 from kvgraft.engine.compare import compare_logits
 from kvgraft.engine.errors import EngineError
 from kvgraft.engine.session import Snapshot
-from kvgraft.library.pack import PackError, PackReader, pack_sha256
+from kvgraft.library.pack import PackReader, pack_sha256
 from kvgraft.library.records import REPLAYED, TRANSCRIPT_KINDS, UNPROVEN, Entry, signed_proof
 from kvgraft.library.tokens import tokens_sha256
 
@@ -71,27 +70,26 @@ class Item:
     entry_id: int | None = None  # a library entry: a replay that proves it records the proof
     stored_tokens: list[int] | None = None  # a session's transcript: token ids, not text to tokenize again
 
+    @classmethod
+    def of(cls, ref: str, e, fingerprint: str, load_blob: Callable[[], bytes], **facts) -> "Item":
+        """The item of a library `Entry` or a pack's `PackEntry` (the fields they share, by name)."""
+        shared = {k: getattr(e, k) for k in _SHARED}
+        return cls(ref=ref, fingerprint=fingerprint, load_blob=load_blob, **shared, **facts)
+
+
+_SHARED = ("kind", "text", "question", "answer", "checker", "n_tokens", "tokens_sha256", "blob_sha256")
+
 
 def library_items(service: LibraryService, entries: list[Entry]) -> list[Item]:
     lib = service.library
-
-    def facts(sha: str) -> tuple[bool, tuple[str, ...]]:
-        return lib.blob_is_canonical(sha) is not False, lib.blob_aliases(sha)
-
     return [
-        Item(
+        Item.of(
             f"library#{e.id}",
-            e.kind,
-            e.text,
-            e.question,
-            e.answer,
-            e.checker,
-            e.n_tokens,
-            e.tokens_sha256,
-            e.blob_sha256,
+            e,
             e.fingerprint,
             lambda e=e: bytes(lib.read_blob(e)),
-            *facts(e.blob_sha256),
+            canonical=lib.blob_is_canonical(e.blob_sha256) is not False,
+            aliases=lib.blob_aliases(e.blob_sha256),
             proof=e.proof,
             model_sha256=e.model_sha256,
             schedule=e.schedule,
@@ -108,39 +106,22 @@ def pack_items(reader: PackReader, pack_sha: str, trusted_signer: str | None = N
     format 3 pack) vouches for them, else a replay has to prove them."""
     m = reader.manifest
     proof = signed_proof(trusted_signer) if trusted_signer and m.format_version >= 3 else UNPROVEN
-    items = []
-    for i, e in enumerate(m.entries):
-        raw = m.raw["entries"][i]
-        try:
-            if isinstance(raw.get("schedule"), dict) and "then" in raw["schedule"]:
-                raise ValueError("packs carry chunked prefills only (a 'then' schedule)")
-            schedule = parse_schedule(raw.get("schedule"))
-        except ValueError as exc:
-            raise PackError(f"manifest: entry {i}: {exc}") from exc
-        vouched = (
-            signer_vouch(trusted_signer, raw.get("verified_by")) if proof != UNPROVEN and e.answer is not None else None
+    return [
+        Item.of(
+            f"pack:{pack_sha[:16]}#{e.position}",
+            e,
+            m.fingerprint,
+            lambda s=e.blob_sha256: reader.read_blob(s),
+            canonical=reader.compact,
+            proof=proof,
+            model_sha256=m.model_sha256,
+            schedule=e.schedule,
+            vouched_by=signer_vouch(trusted_signer, e.vouched_by)
+            if proof != UNPROVEN and e.answer is not None
+            else None,
         )
-        items.append(
-            Item(
-                f"pack:{pack_sha[:16]}#{i}",
-                e.kind,
-                e.text,
-                e.question,
-                e.answer,
-                e.checker,
-                e.n_tokens,
-                e.tokens_sha256,
-                e.blob_sha256,
-                m.fingerprint,
-                lambda s=e.blob_sha256: reader.read_blob(s),
-                reader.compact,
-                proof=proof,
-                model_sha256=m.model_sha256,
-                schedule=schedule,
-                vouched_by=vouched,
-            )
-        )
-    return items
+        for e in m.entries
+    ]
 
 
 def _probes(item: Item, model, samples: int) -> list[list[int]]:
