@@ -90,7 +90,10 @@ class EngineConfig:
             if getattr(self, name) not in KV_TYPES:
                 raise ConfigError(f"{name} must be one of {sorted(KV_TYPES)}, got {getattr(self, name)!r}")
         if self.type_v in QUANTIZED_KV and not self.flash_attn:
-            raise ConfigError(f"a quantized V cache ({self.type_v}) needs flash_attn=True in llama.cpp")
+            raise ConfigError(
+                f"a quantized V cache ({self.type_v}) needs flash attention on (--flash-attn, or Settings: "
+                "Flash attention); with it off, keep the V cache at f16"
+            )
         if self.swa_full is not True:
             raise ConfigError(
                 "swa_full must be True: an exact own-position graft needs every sliding-window cell "

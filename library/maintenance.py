@@ -26,6 +26,7 @@ import sqlite3
 import time
 
 from .library import Library
+from .records import NOT_KNOWLEDGE
 
 GRACE_S = 3600.0
 _UNREFERENCED = "SELECT sha256 FROM blobs WHERE sha256 NOT IN (SELECT blob_sha256 FROM entries)"
@@ -286,6 +287,7 @@ def fsck(lib: Library, repair: bool = False, check_hashes: bool = True, grace_s:
         "reclaimable": reclaimable,
         "repaired": repaired,
         "entries": lib.count(),
+        "listed": q(f"SELECT count(*) FROM entries WHERE kind NOT IN {NOT_KNOWLEDGE}").fetchone()[0],
         "blobs_on_disk": len(on_disk),
         "uncompacted": uncompacted,
     }

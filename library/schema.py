@@ -313,4 +313,17 @@ MIGRATIONS = [
     "m012_turn_stats",
     "m013_remotes",
     "m014_cache_pins",
+    "m015_turn_endings",
 ]
+
+
+@migrations()
+def m015_turn_endings(db: Database) -> None:
+    """How each turn's reply ended ("eog", "callback": stopped, "max_tokens", ...) and whether it was a
+    Regenerate: the window marks a stopped or regenerated turn after a restart too (NULL for turns made
+    before); and `counters`, so that a thread's number is not reused after a delete."""
+    db["turns"].add_column("stop_reason", str)
+    db["turns"].add_column("regenerated", int)
+    # a thread's number is never given again after a delete: the highest ever given is kept here
+    db.execute("CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+    db.execute("INSERT INTO counters (name, value) SELECT 'threads', coalesce(max(id), 0) FROM threads")

@@ -57,6 +57,8 @@ class Turn:
     prefill_ms: float | None = None
     decode_ms: float | None = None
     checked: int | None = None  # the last "Check this turn": 1 exact, 0 differs, None never checked
+    stop_reason: str | None = None  # how the reply ended (m015; None: a turn made before)
+    regenerated: int | None = None  # 1: the reply of a Regenerate
 
     @property
     def tokens(self) -> list[int]:
@@ -72,7 +74,7 @@ def _thread(row) -> Thread:
     return Thread(**{k: row[k] for k in Thread.__dataclass_fields__})
 
 
-TURN_STATS = ("decoded", "restored", "prefilled", "resume_ms", "prefill_ms", "decode_ms")
+TURN_STATS = ("decoded", "restored", "prefilled", "resume_ms", "prefill_ms", "decode_ms", "stop_reason", "regenerated")
 
 
 def _turn(row) -> Turn:
@@ -104,12 +106,16 @@ class ThreadStore(Store):
     def _insert_thread(self, *values) -> int:
         """One thread row (inside the caller's write transaction): title, system, format, fingerprint,
         model_sha256, from_entry_id, forked_from, fork_turn; returns its id."""
-        cur = self._db.execute(
-            "INSERT INTO threads (title, system, format, fingerprint, model_sha256, from_entry_id, forked_from, "
-            "fork_turn, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [*values, now()],
+        given = self._db.execute("SELECT value FROM counters WHERE name = 'threads'").fetchone()
+        top = self._db.execute("SELECT coalesce(max(id), 0) FROM threads").fetchone()[0]
+        new = max(top, given[0] if given else 0) + 1  # never a number a deleted thread had
+        self._db.execute(
+            "INSERT INTO threads (id, title, system, format, fingerprint, model_sha256, from_entry_id, forked_from, "
+            "fork_turn, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [new, *values, now()],
         )
-        return cur.lastrowid
+        self._db.execute("INSERT OR REPLACE INTO counters (name, value) VALUES ('threads', ?)", [new])
+        return new
 
     def thread(self, thread_id: int) -> Thread:
         rows = list(self._db.query("SELECT * FROM threads WHERE id = ?", [thread_id]))

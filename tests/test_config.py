@@ -35,7 +35,7 @@ def test_defaults():
         ({"flash_attn": None}, "never 'auto'"),
         ({"flash_attn": "auto"}, "never 'auto'"),
         ({"type_k": "f8"}, "type_k"),
-        ({"type_v": "q8_0"}, "needs flash_attn"),
+        ({"type_v": "q8_0"}, "needs flash attention on"),
         ({"swa_full": False}, "swa_full"),
         ({"n_ctx": 4096.0}, "integer"),
         ({"n_gpu_layers": -1}, "n_gpu_layers"),

@@ -180,3 +180,10 @@ def test_remove_keeps_blob_until_gc(lib):
     assert gc(lib)["removed_blobs"] == 1
     assert not lib.blobs.contains(e.blob_sha256)
     assert lib._db.execute("SELECT count(*) FROM prefix_keys").fetchone()[0] == 0
+
+
+def test_a_thread_number_is_never_given_again_after_a_delete(lib):
+    made = [lib.threads.create_thread(format="plain", fingerprint="f" * 64, model_sha256=None).id for _ in range(3)]
+    lib.threads.remove_thread(made[-1])  # the newest goes: its number must not come back
+    again = lib.threads.create_thread(format="plain", fingerprint="f" * 64, model_sha256=None).id
+    assert made == [1, 2, 3] and again == 4

@@ -13,7 +13,8 @@ import threading
 import openai
 import pytest
 from click.testing import CliRunner
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtTest import QTest
 
 import kvgraft.app.cli.common as common
 from kvgraft.app.core.model_registry import fetched_known_models
@@ -94,7 +95,7 @@ def test_a_thread_resumes_exactly_after_the_window_is_closed_and_opened(qtbot, e
 
     w = open_window(qtbot, engine, qsettings)  # a new window: the thread is read back from the index
     items = [w.chat.thread_list.item(i).text() for i in range(w.chat.thread_list.count())]
-    assert items[0].startswith(f"#{tid} How many boats") and "1 turns" in items[0]
+    assert items[0].startswith(f"#{tid} How many boats") and "\n1 turn, " in items[0]
     w.chat.thread_list.setCurrentRow(0)
     assert w.chat.thread_id == tid and "How many boats does pier 3 hold?" in w.chat.view.toPlainText()
     second = say(qtbot, w, "And pier 4?")
@@ -145,6 +146,10 @@ def test_fork_stop_and_regenerate(qtbot, window):
     stopped = done[0]
     assert stopped["stop_reason"] == "callback" and 0 < stopped["tokens_decoded"] < 200
     assert " - stopped" in w.chat.view.toPlainText()
+    w.chat.results.clear()  # what a restart forgets: the mark comes from the turn itself (m015)
+    w.chat.render()
+    assert " - stopped" in w.chat.view.toPlainText()
+    assert w.view.library.threads.turns(fork)[-1].stop_reason == "callback"
     w.worker.max_reply_tokens = 8
     nxt = say(qtbot, w, "Go on.")
     assert nxt["tokens_restored"] == stopped["tokens"]
@@ -161,9 +166,48 @@ def test_fork_stop_and_regenerate(qtbot, window):
     turns = w.view.library.threads.turns(fork)
     assert len(turns) == len(turns_before) and turns[-1].user == "Go on."
     assert again["turn"] == nxt["turn"] and again["tokens_restored"] == stopped["tokens"]
+    assert turns[-1].regenerated == 1 and " - regenerated" in w.chat.view.toPlainText()
     w.messages.clear()
     w.chat.check(again["turn"])
     assert " exact (" in message(qtbot, w, "Check this turn")
+
+
+def test_esc_stops_a_reply_from_anywhere_in_the_window_and_only_while_one_streams(qtbot, window):
+    w = window
+    cfg = w.worker.engine.config  # the bit-deciding settings are in the status bar
+    fa = "on" if cfg.flash_attn else "off"
+    assert f"flash attention {fa} - KV {cfg.type_k}/{cfg.type_v}" in w.model_label.text()
+    w.chat.set_busy(True)  # busy with something else (the model's load, a check): no reply to stop
+    assert not w.chat.stop_button.isEnabled() and not w.chat.esc.isEnabled()
+    w.chat.set_busy(False)
+    w.show()  # shown and active, as a user's window is (a shortcut belongs to the active window)
+    w.activateWindow()
+    qtbot.waitUntil(w.isActiveWindow, timeout=5_000)
+    calls, real = [], w.worker.cancel
+    w.worker.cancel = lambda: (calls.append(1), real())
+    w.chat.system.setPlainText(NOTES)
+    say(qtbot, w, "Which crane is on pier 2?")
+    QTest.keyClick(w.chat.send_button, Qt.Key_Escape)  # nothing streams: Esc does nothing
+    assert calls == [] and not w.chat.stop_button.isEnabled()
+
+    w.worker.max_reply_tokens = 200
+    done = []
+    w.worker.chat_done.connect(done.append)
+    w.chat.input.setPlainText("Now list every pier, one per line, with its boats and crane.")
+    QTest.mouseClick(w.chat.send_button, Qt.LeftButton)  # the focus leaves the message box
+    qtbot.waitUntil(lambda: w.chat.pending is not None and len(w.chat.pending["text"]) > 0, timeout=60_000)
+    assert w.chat.stop_button.isEnabled()
+    QTest.keyClick(w.tabs.tabBar(), Qt.Key_Escape)  # the focus outside the Chat tab's widgets
+    qtbot.waitUntil(lambda: bool(done) and not w.chat.busy, timeout=60_000)
+    assert calls == [1] and done[0]["stop_reason"] == "callback" and 0 < done[0]["tokens_decoded"] < 200
+
+    # New: a thread not made yet has nothing to regenerate, rename or delete (Regenerate failed with
+    # "no thread #None" before)
+    assert w.chat.regenerate_button.isEnabled() and w.chat.delete_button.isEnabled()
+    w.chat.new_thread()
+    assert not any(b.isEnabled() for b in (w.chat.regenerate_button, w.chat.rename_button, w.chat.delete_button))
+    w.chat.regenerate()
+    assert w.chat.pending is None
 
 
 def test_the_model_picker_refuses_a_bad_file_and_nothing_changes(qtbot, window, tmp_path):
@@ -213,6 +257,11 @@ def test_the_server_started_from_the_window_answers_the_openai_client(qtbot, win
     assert len(log) == 2 and f"{second['cached_tokens']:,} cached" in log[1]
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=w.server.url, api_key="wrong", max_retries=0).models.list()
+    assert [m.id for m in client.models.list().data]
+    # the log holds what was answered without a job too: the refused request and the model list
+    qtbot.waitUntil(lambda: len(w.server.requests) == 4, timeout=10_000)
+    log = w.server.log.toPlainText().splitlines()
+    assert "  401  GET /v1/models: " in log[2] and log[3].endswith("  200  GET /v1/models")
     # a chat in the window meanwhile runs on the same engine thread
     say(qtbot, w, "hello")
     w.server.toggle.click()
@@ -236,6 +285,8 @@ def test_detail_view_thread_from_an_entry_and_delete_gives_the_disk_back(qtbot, 
     w.library_panel.detail.thread_button.click()  # "Start a thread from this entry"
     qtbot.waitUntil(lambda: w.chat.thread_id is not None, timeout=30_000)
     assert w.view.library.threads.thread(w.chat.thread_id).from_entry_id == entry.id
+    opened = w.chat.view.toPlainText()  # not empty: it says what the model has read
+    assert f"starts from entry #{entry.id}, Quarry notes ({entry.n_tokens:,} tokens)" in opened
     r = say(qtbot, w, "What is in the quarry?")
     assert r["tokens_restored"] == entry.n_tokens  # the document's state, grafted
     w.library_panel.show_detail()
@@ -261,6 +312,7 @@ def test_settings_llama_cpp_refuses_are_not_kept(qtbot, window, qsettings):
     w.apply_settings(dataclasses.replace(good, type_v="q4_0", flash_attn=False))
     text = message(qtbot, w, "Model not loaded", timeout=120_000)
     assert "The settings before the change are back" in text
+    assert "needs flash attention on" in text and "flash_attn=True" not in text  # the user's words, not llama.cpp's
     qtbot.waitUntil(lambda: bool(w.engine_info), timeout=120_000)  # loaded again, with the settings before
     assert w.settings == good and w.engine_info["n_ctx"] == good.n_ctx
     assert load_settings(QSettings(qsettings.fileName(), QSettings.IniFormat)).type_v == "f16"

@@ -32,6 +32,8 @@ from PySide6.QtWidgets import (
 )
 
 from kvgraft.app.answer.chat import thread_listing
+from kvgraft.app.core.errors import EntryNotFound
+from kvgraft.app.core.words import counted
 
 from .worker_ops import WorkerOps
 
@@ -152,7 +154,9 @@ class ChatPanel(QWidget):
         split.addWidget(main)
         split.setStretchFactor(1, 1)
         split.setSizes([240, 700])
-        QShortcut(QKeySequence(Qt.Key_Escape), self, activated=self.stop, context=Qt.WidgetWithChildrenShortcut)
+        # Esc stops a reply from anywhere in the window (a click on Send or Regenerate moves the focus out of
+        # the message box, and the disabled button gives it away), and only while a reply streams
+        self.esc = QShortcut(QKeySequence(Qt.Key_Escape), self, activated=self.stop, context=Qt.WindowShortcut)
         self._update_buttons()
 
     # -- what the engine thread says ------------------------------------------------------------------
@@ -192,8 +196,10 @@ class ChatPanel(QWidget):
     def new_thread(self) -> None:
         self.thread_id = None
         self.pending = None
+        self._turns = []  # nothing to regenerate, rename or delete in a thread not yet made
         self.thread_list.setCurrentRow(-1)
         self.render()
+        self._update_buttons()
         self.input.setFocus()
 
     def send(self) -> None:
@@ -212,7 +218,7 @@ class ChatPanel(QWidget):
 
     def regenerate(self) -> None:
         turns = self._turns
-        if not turns or self.busy or not self._usable(self.thread_id):
+        if self.thread_id is None or not turns or self.busy or not self._usable(self.thread_id):
             return
         self.pending = {"thread": self.thread_id, "user": turns[-1].user, "text": "", "regenerate": True}
         self.requested.emit(WorkerOps.chat_regenerate, [self.thread_id])
@@ -281,7 +287,8 @@ class ChatPanel(QWidget):
             r, th = rows[tid], threads[tid]
             other = "  [another model]" if self.fingerprint and th.fingerprint != self.fingerprint else ""
             item = QListWidgetItem(
-                f"#{tid} {r['title'] or '(untitled)'}{other}\n{r['turns']} turns, {r['tokens']:,} tokens"
+                f"#{tid} {r['title'] or '(untitled)'}{other}\n"
+                f"{counted(r['turns'], 'turn')}, {counted(r['tokens'], 'token')}"
             )
             item.setData(Qt.UserRole, tid)
             self.thread_list.addItem(item)
@@ -289,7 +296,7 @@ class ChatPanel(QWidget):
                 self.thread_list.setCurrentItem(item)
         self.thread_list.blockSignals(False)
         total = sum(r["session_bytes"] for r in rows.values())
-        self.storage.setText(f"{len(rows)} threads; their states take {total / 1e6:,.1f} MB" if rows else "")
+        self.storage.setText(f"{counted(len(rows), 'thread')}; their states take {total / 1e6:,.1f} MB" if rows else "")
         self.render()
         self._update_buttons()
 
@@ -301,7 +308,8 @@ class ChatPanel(QWidget):
             th = self._threads[tid]
             turns = self._turns
             size = self._listing.get(tid, {}).get("session_bytes", 0)
-            head = f"Thread #{tid}: {th.title or '(untitled)'} - {len(turns)} turns, states {size / 1e6:,.1f} MB"
+            head = f"Thread #{tid}: {th.title or '(untitled)'} - {counted(len(turns), 'turn')}"
+            head += f", states {size / 1e6:,.1f} MB"
             if th.forked_from:
                 head += f" - forked from #{th.forked_from} at turn {th.fork_turn}"
             if th.from_entry_id:
@@ -324,6 +332,8 @@ class ChatPanel(QWidget):
             if not self.pending:
                 out.append(f"<p style='color:#666'>{html.escape(HINT).replace(chr(10), '<br>')}</p>")
         p = self.pending
+        if tid is not None and self._exists(tid) and self._threads[tid].from_entry_id and not turns and not p:
+            out.append(self._from_entry_html(self._threads[tid].from_entry_id))
         if p and p["regenerate"] and turns:
             turns = turns[:-1]
         for t in turns:
@@ -333,13 +343,28 @@ class ChatPanel(QWidget):
         self.view.setHtml("".join(out))
         self.view.verticalScrollBar().setValue(self.view.verticalScrollBar().maximum())
 
+    def _from_entry_html(self, entry_id: int) -> str:
+        """A thread started from an entry, before its first message: what the model has read."""
+        try:
+            e = self.reader.get(entry_id)
+            what = f"entry #{entry_id}, {html.escape(e.title or e.kind)} ({counted(e.n_tokens, 'token')})"
+        except EntryNotFound:
+            what = f"entry #{entry_id} (deleted since)"
+        return (
+            f"<p style='color:#666'>This thread starts from {what}: the model has read it, and its state is "
+            "grafted when you send the first message (nothing of it is computed again). Ask about it below.</p>"
+        )
+
     def _turn_html(self, tid: int, t) -> str:
         r = self.results.get((tid, t.n))
         line = turn_line(t)
         if r is not None:
             line += f" - {r['wall_ms'] / 1e3:,.2f} s in all"
-            if r["stop_reason"] in STOPPED:
-                line += f" - {STOPPED[r['stop_reason']]}"
+        ended = r["stop_reason"] if r is not None else t.stop_reason  # recorded with the turn: after a restart too
+        if ended in STOPPED:
+            line += f" - {STOPPED[ended]}"
+        if t.regenerated:
+            line += " - regenerated"
         links = f"<a href='fork:{t.n}'>Fork from here</a>"
         if t.decoded is not None:
             links += f" &middot; <a href='check:{t.n}'>Check this turn</a>"
@@ -353,7 +378,8 @@ class ChatPanel(QWidget):
         usable = self.thread_id is None or (self._exists(self.thread_id) and self._usable(self.thread_id))
         has_turns = usable and self.thread_id is not None and bool(self._turns)
         self.send_button.setEnabled(ready and usable)
-        self.stop_button.setEnabled(self.busy)
+        self.stop_button.setEnabled(self.busy and self.pending is not None)
+        self.esc.setEnabled(self.busy and self.pending is not None)
         self.regenerate_button.setEnabled(ready and has_turns)
         self.rename_button.setEnabled(self.thread_id is not None and not self.busy)
         self.delete_button.setEnabled(self.thread_id is not None and not self.busy)

@@ -25,9 +25,9 @@ class DepositAnswerDialog(QDialog):
         self.setWindowTitle("Confirm and deposit")
         self.resize(640, 480)
         lay = QVBoxLayout(self)
-        intro = QLabel(
-            "Deposited, this answer is stored as a solution verified by you: asked again, the question is "
-            "answered from it. Read the whole answer first."
+        self.intro = intro = QLabel(
+            "Nothing is stored yet. Deposit stores this answer as a solution verified by you: asked again, "
+            "the question is answered from it. Read the whole answer first."
         )
         intro.setWordWrap(True)
         lay.addWidget(intro)

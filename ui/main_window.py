@@ -27,9 +27,11 @@ from PySide6.QtWidgets import (
 
 import kvgraft
 from kvgraft.app.core.runtime import Settings
+from kvgraft.app.core.words import counted
 from kvgraft.app.library_view import LibraryView
 
 from .answer_panel import AnswerPanel
+from .background import Background
 from .chat_panel import ChatPanel
 from .collector import GuiCollector
 from .first_start import FirstStartDialog
@@ -41,13 +43,15 @@ from .server_panel import ServerPanel
 from .settings_dialog import SettingsDialog, load_settings, save_settings
 from .window_files import WindowFiles
 from .window_messages import WindowMessages
+from .window_status import WindowStatus
 from .worker import EngineWorker, WorkerClient
 from .worker_ops import WorkerOps
 
 ICON = Path(kvgraft.__file__).resolve().parent / "kvgraft.svg"  # package data of kvgraft (packaging/kvgraft)
 
 
-class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first: their events override Qt's
+# the mixins first: their events override Qt's
+class MainWindow(WindowFiles, WindowMessages, WindowStatus, QMainWindow):
     def __init__(self, qsettings: QSettings | None = None, engine=None) -> None:
         super().__init__()
         self.qsettings = qsettings or QSettings("kvgraft", "kvgraft")
@@ -58,6 +62,7 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
         self.messages: list[tuple[str, str]] = []  # (title, text) of every message shown, for tests and logs
         self._closed = False
         self._stuck_clients: list = []
+        self.background = Background(self)  # the second queue: work that holds neither the engine nor the GUI
         self.setWindowTitle("kvgraft")
         if ICON.exists():
             self.setWindowIcon(QIcon(str(ICON)))
@@ -190,6 +195,7 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt API)
         self._closed = True  # signals still queued from the worker are ignored from here on
         self.library_panel.stop()
+        self.background.stop()
         self.stop_worker()  # the server started from the window stops with it (ui/worker_ops.py)
         self.view.close()
         super().closeEvent(event)
@@ -203,7 +209,7 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
             save_settings(self.qsettings, self.settings)
             self._last_good = None
         self.ask_button.setEnabled(True)
-        self.model_label.setText(f"{info['backend']} - n_ctx {info['n_ctx']:,}")
+        self.model_label.setText(self._model_words())
         self.model_picker.populate(self.settings.model, models_dir(self.view.library.root))
         self.library_panel.fingerprint = info["fingerprint"]
         self.chat.engine_ready(info["fingerprint"])
@@ -316,7 +322,7 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
 
     def _delete_selected(self) -> None:
         ids = self.selected_ids()
-        if ids and self.confirm("Delete", f"Delete {len(ids)} entries? Their disk is given back."):
+        if ids and self.confirm("Delete", f"Delete {counted(len(ids), 'entry')}? Their disk is given back."):
             self.client.call(WorkerOps.remove, ids)
 
     def _choose_import(self) -> None:
@@ -357,29 +363,6 @@ class MainWindow(WindowFiles, WindowMessages, QMainWindow):  # the mixins first:
 
     def use_embedded_model(self) -> None:
         self.apply_settings(dataclasses.replace(self.settings, model=None))
-
-    # -- library view -------------------------------------------------------------------------
-    def refresh_library(self) -> None:
-        if self._closed:
-            return
-        rows = self.view.rows(self.engine_info.get("fingerprint"), self.search.text())
-        self.library_panel.set_rows(rows)
-        self.remote.on_remotes(self.view.remotes())
-        stats = self.view.stats(self.settings.n_ctx)
-        # the entries the table lists (answer-ready states and thread states are not knowledge entries)
-        listed = stats["entries"] - sum(stats["by_kind"].get(k, 0) for k in ("answer", "session", "cache"))
-        disk = f", {stats['bytes']:,} bytes on disk" if stats.get("bytes") else ""
-        info = self.engine_info
-        migrate = self.view.to_migrate(info.get("predecessors", []), info.get("model_sha256", ""))
-        self.library_label.setText(
-            f"library: {listed:,} entries, {stats['tokens']:,} tokens = {stats['context_multiple']:.1f}x the "
-            f"{self.settings.n_ctx:,}-token context{disk}"
-            + (
-                f"; {migrate:,} made under this engine's earlier build are not grafted until moved (kvgraft migrate)"
-                if migrate
-                else ""
-            )
-        )
 
 
 def run(argv: list[str] | None = None) -> int:

@@ -26,6 +26,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvgraft.app.core.words import counted
+
 from .remote_ops import RemoteOps
 
 
@@ -33,13 +35,13 @@ def done_lines(r: dict) -> list[str]:
     """What a push or pull did, in words (the log's lines)."""
     if r["op"] == "push":
         sent = f"{r['bytes'] / 1e6:.1f} MB sent"
-        lines = [f"pushed {r['pushed']} entries to {r['name']} ({sent}), {r['skipped']} already there"]
+        lines = [f"pushed {counted(r['pushed'], 'entry')} to {r['name']} ({sent}), {r['skipped']} already there"]
         lines += [f"  left out entry {n['entry']}: {n['reason']}" for n in r["not_pushable"]]
         return lines
     if r["op"] == "pull":
         how = ", ".join(f"{n} {p}" for p, n in sorted(r["proof"].items()))
         lines = [
-            f"pulled {r['imported']} entries from {r['name']} ({r['bytes'] / 1e6:.1f} MB)"
+            f"pulled {counted(r['imported'], 'entry')} from {r['name']} ({r['bytes'] / 1e6:.1f} MB)"
             + (f" [{how}]" if how else "")
             + f", {r['skipped']} already here, {len(r['refused'])} refused"
         ]

@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from kvgraft.app.core.gguf_check import NotAModel, inspect_gguf
+from kvgraft.app.core.jobs import Errored, Returned
 from kvgraft.app.ingest.documents import DOCUMENT_SUFFIXES
 
 IMPORTABLE = (".kvpack", ".jsonl") + DOCUMENT_SUFFIXES  # packs, problem files, documents (app/ingest/import_files.py)
@@ -17,7 +18,7 @@ DROPPABLE = IMPORTABLE + (".gguf",)
 
 
 class WindowFiles:
-    """Needs the window's `client`, `settings`, `notify` and `apply_settings`."""
+    """Needs the window's `client`, `settings`, `notify`, `apply_settings`, `background` and `model_label`."""
 
     # -- drag and drop ----------------------------------------------------------------------------
     def dragEnterEvent(self, event) -> None:  # noqa: N802
@@ -50,17 +51,27 @@ class WindowFiles:
 
     def offer_model(self, path: str, ask: bool = True) -> None:
         """Switch to the model at `path` once its header checks out (a file that is not a usable GGUF is refused
-        and nothing changes); `ask` confirms first (a dropped file), the model picker has chosen already."""
-        try:
-            info = inspect_gguf(Path(path))
-        except NotAModel as exc:
-            self.notify("Not a model", str(exc), error=True)
-            return
-        if not ask or self.confirm(
-            "Switch model", f"Switch to {info['name']} ({info['architecture']}, {info['size_bytes'] / 1e6:,.0f} MB)?"
-        ):
-            s = self.settings
-            self.apply_settings(dataclasses.replace(s, model=Path(info["path"])))
+        and nothing changes); `ask` confirms first (a dropped file), the model picker has chosen already. The
+        header is read on the window's second queue (ui/background.py): the window stays responsive."""
+        self.model_label.setText(f"checking {Path(path).name}...")
+
+        def checked(event) -> None:
+            if self._closed:
+                return
+            self.model_label.setText(self._model_words())
+            if isinstance(event, Errored):
+                self.notify("Not a model", event.message, error=True)
+                return
+            if not isinstance(event, Returned):
+                return
+            info = event.value
+            if not ask or self.confirm(
+                "Switch model",
+                f"Switch to {info['name']} ({info['architecture']}, {info['size_bytes'] / 1e6:,.0f} MB)?",
+            ):
+                self.apply_settings(dataclasses.replace(self.settings, model=Path(info["path"])))
+
+        self.background.run("check model", lambda: inspect_gguf(Path(path)), checked, known=(NotAModel, OSError))
 
     def confirm(self, title: str, text: str) -> bool:
         return QMessageBox.question(self, title, text) == QMessageBox.Yes

@@ -7,6 +7,7 @@ from __future__ import annotations
 from PySide6.QtWidgets import QMessageBox
 
 import kvgraft
+from kvgraft.app.core.words import counted
 
 from .summaries import import_summary, verify_summary
 
@@ -40,13 +41,15 @@ class WindowMessages:
         self.notify("Deposited", f"Entry #{d['id']}: {d['tokens']:,} tokens, blob {d['blob_sha256'][:16]}...")
 
     def _on_exported(self, d: dict) -> None:
-        self.notify("Exported", f"{d['file']}: {d['entries']} entries, {d['bytes'] / 1e6:.1f} MB")
+        self.notify("Exported", f"{d['file']}: {counted(d['entries'], 'entry')}, {d['bytes'] / 1e6:.1f} MB")
 
     def _on_repaired(self, r: dict) -> None:
         self.notify("Check and repair", "\n".join(r["lines"]), error=not r["ok"])
 
     def _on_removed(self, r: dict) -> None:
-        self.notify("Deleted", f"{r['entries']} entries removed; disk given back: {r['removed_bytes']:,} bytes")
+        self.notify(
+            "Deleted", f"{counted(r['entries'], 'entry')} removed; disk given back: {r['removed_bytes']:,} bytes"
+        )
 
     def _on_collected(self, r: dict) -> None:
         self.notify(

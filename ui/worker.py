@@ -157,6 +157,9 @@ class EngineWorker(QObject, WorkerOps, RemoteOps):
                     "backend": self.engine.backend,
                     "fingerprint": self.engine.fingerprint,
                     "n_ctx": self.engine.config.n_ctx,
+                    # the settings that decide the bits besides the model, for the status bar
+                    "flash_attn": self.engine.config.flash_attn,
+                    "kv_types": f"{self.engine.config.type_k}/{self.engine.config.type_v}",
                     "model_sha256": info.sha256,
                     "predecessors": self._predecessors(),  # entries under these are left to migrate
                 }

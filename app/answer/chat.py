@@ -126,6 +126,7 @@ class ChatService:
         max_tokens: int = DEFAULT_MAX_TOKENS,
         on_text: TextFn | None = None,
         sampling: SamplingParams | None = None,
+        regenerated: bool = False,
     ) -> SayResult:
         """Reply to `message` in the thread; `on_text` receives the reply as decoded, in pieces that add up
         to `SayResult.reply` (app/answer/stream.py); raising Cancelled stops it (the part decoded is kept).
@@ -217,6 +218,8 @@ class ChatService:
                 "resume_ms": round(resume_ms, 3),
                 "prefill_ms": round(prefill_ms, 3),
                 "decode_ms": round(gen.seconds * 1e3, 3),
+                "stop_reason": gen.stop_reason or "",
+                "regenerated": int(regenerated),
             },
         )
         exact = replay_ms = None
@@ -256,7 +259,9 @@ class ChatService:
         thread = self.library.threads.thread(thread_id)
         self._check_engine(thread)
         last = self.library.threads.drop_last_turn(thread_id)
-        return self.say(thread_id, last.user, max_tokens=max_tokens, on_text=on_text, sampling=sampling)
+        return self.say(
+            thread_id, last.user, max_tokens=max_tokens, on_text=on_text, sampling=sampling, regenerated=True
+        )
 
     def check_turn(self, thread_id: int, n: int) -> dict:
         """Compute turn `n` in a new context (in the schedule it was decoded in, where the batching decides the

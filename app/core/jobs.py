@@ -74,14 +74,15 @@ Event = Started | Progress | Yielded | Returned | Errored | Cancelled
 KNOWN = (EngineError, LibraryError, OSError)  # a user can meet these: their message is the answer
 
 
-def run_job(name: str, fn: Callable[[], Any], emit: Callable[[Event], None]) -> Event:
-    """Run `fn` here and report it: Started, then the one ending event (also returned)."""
+def run_job(name: str, fn: Callable[[], Any], emit: Callable[[Event], None], known: tuple = KNOWN) -> Event:
+    """Run `fn` here and report it: Started, then the one ending event (also returned). `known`: the
+    exceptions a user can meet (their message is the answer, no traceback is logged)."""
     emit(Started(name))
     try:
         end: Event = Returned(name, fn())
     except CancelledError as exc:
         end = Cancelled(name, str(exc) or "cancelled")
-    except KNOWN as exc:  # an error may name its kind (`code`), else it is the engine's or the library's
+    except known as exc:  # an error may name its kind (`code`), else it is the engine's or the library's
         kind = type(exc).__name__
         end = Errored(name, getattr(exc, "code", None) or "engine_error", str(exc) or kind, kind)
     except Exception as exc:  # noqa: BLE001 (one job's failure must not stop the thread that runs the jobs)
@@ -102,6 +103,7 @@ class Job:
     name: str
     fn: Callable[[], Any]
     emit: Callable[[Event], None] = lambda event: None
+    known: tuple = KNOWN  # the exceptions a user can meet (run_job)
 
 
 class JobQueue:
@@ -138,7 +140,7 @@ class JobQueue:
                 out.append(job)
 
     def run(self, job) -> None:
-        run_job(job.name, job.fn, job.emit)
+        run_job(job.name, job.fn, job.emit, job.known)
 
     def after(self) -> None:
         """After each job."""

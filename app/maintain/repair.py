@@ -11,9 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvgraft.app.core.progress import Progress, no_progress
+from kvgraft.app.core.words import counted
 from kvgraft.app.maintain.recompaction import compact_library
 from kvgraft.library.library import Library
 from kvgraft.library.maintenance import fsck
+
+
+def _listed(r: dict) -> str:
+    """What of the index's entries the library table lists (the rest are answer-ready, thread and cache
+    states), where the report says."""
+    listed = r.get("listed")
+    return "" if listed is None or listed == r["entries"] else f" ({listed:,} in the library table)"
 
 
 @dataclass(frozen=True)
@@ -35,7 +43,7 @@ class RepairReport:
         out += [f"reclaimable: {x['kind']} {x.get('blob') or x.get('path') or x.get('id')}" for x in r["reclaimable"]]
         out += [f"repaired: {x}" for x in r["repaired"]]
         out.append(
-            f"{r['entries']} entries, {r['blobs_on_disk']} blobs: "
+            f"{counted(r['entries'], 'entry')} in the index{_listed(r)}, {counted(r['blobs_on_disk'], 'blob')}: "
             + ("ok" if r["ok"] else f"{len(r['problems'])} problems")
         )
         if r["uncompacted"]:

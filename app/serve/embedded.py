@@ -76,7 +76,10 @@ class EmbeddedServer(JobQueue):
         server = Server(
             self,
             ServerConfig(
-                api_key=self.opts.api_key, max_body_bytes=self.opts.max_body_bytes, time_limit_s=self.opts.time_limit_s
+                api_key=self.opts.api_key,
+                max_body_bytes=self.opts.max_body_bytes,
+                time_limit_s=self.opts.time_limit_s,
+                on_answered=self._on_request,
             ),
         )
         config = uvicorn.Config(build_app(server), log_level="warning", timeout_graceful_shutdown=2, lifespan="off")

@@ -54,6 +54,9 @@ class ServerConfig:
     retry_after_s: int = 2
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API (none: CORS off)
     keep_alive_s: float = KEEP_ALIVE_S
+    # told of every request answered without a job (the model list, and what was refused before one
+    # ran): {"method", "path", "status", "message"}; called on the HTTP thread (the window's server log)
+    on_answered: Callable[[dict], None] | None = None
 
 
 def error_response(exc: ApiError) -> JSONResponse:
@@ -149,12 +152,20 @@ class Server:
             "meta": {"sha256": info.sha256, "n_ctx": self.worker.service.engine.config.n_ctx},
         }
 
+    def _answered(self, request: Request, status: int, message: str | None = None) -> None:
+        if self.config.on_answered is not None:
+            self.config.on_answered(
+                {"method": request.method, "path": request.url.path, "status": status, "message": message}
+            )
+
     async def models(self, request: Request) -> Response:
         try:
             self._authorize(request)
             self._ready()
         except ApiError as exc:
+            self._answered(request, exc.status, exc.message)
             return error_response(exc)
+        self._answered(request, 200)
         return JSONResponse({"object": "list", "data": [self._model_card()]})
 
     async def model(self, request: Request) -> Response:
@@ -166,7 +177,9 @@ class Server:
                 message = f"no model {name[:80]!r}: this server runs {self.model_id!r}"
                 raise ApiError(404, message, param="model", code="model_not_found")
         except ApiError as exc:
+            self._answered(request, exc.status, exc.message)
             return error_response(exc)
+        self._answered(request, 200)
         return JSONResponse(self._model_card())
 
     async def metrics_text(self, request: Request) -> Response:
@@ -189,7 +202,7 @@ class Server:
     async def _complete(self, request: Request, surface: "Surface") -> Response:
         """The one request core behind every surface: parse (the surface's shapes), tokenize, queue,
         relay the engine's events in the surface's shapes."""
-        endpoint = surface.name
+        endpoint, job = surface.name, None
         try:
             self._authorize(request)
             self._ready()
@@ -198,6 +211,7 @@ class Server:
             try:
                 self.worker.submit(job)
             except QueueFull as exc:
+                job = None
                 raise ApiError(
                     429,
                     f"too many requests: {exc}",
@@ -217,6 +231,8 @@ class Server:
                 raise _engine_error(first)
         except ApiError as exc:
             self.metrics.request(endpoint, exc.status)
+            if job is None:  # refused before a job ran (a job's own end is logged where it ran)
+                self._answered(request, exc.status, exc.message)
             return surface.error(exc)
         self.metrics.request(endpoint, 200)
         return await self._whole(request, surface, req, job, events, first.value)
