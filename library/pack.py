@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from . import container
+from .errors import BlobCorrupt
 from .manifest import (  # noqa: F401 (re-exported: the pack's names for callers)
     _BLOB_MEMBER,
     _SHA,
@@ -235,19 +236,14 @@ class PackReader(ObjectStore):
                 raise _fail(f"blob {sha256[:16]}... does not match its SHA-256 (damaged or tampered)")
             return stored, stored, None
         try:
-            c = container.parse_header(stored, stored_size=len(stored))
-        except container.ContainerError as exc:
-            raise _fail(f"blob {sha256[:16]}... is not a valid compact blob: {exc}") from exc
-        if expected != c.size:
-            raise _fail(f"blob {sha256[:16]}... holds {c.size:,} bytes, the manifest says {expected}")
-        if limit is not None and c.size > limit:
-            raise _fail(
-                f"blob {sha256[:16]}... decodes to {c.size:,} bytes, more than a state of this context ({limit:,})"
-            )
-        data = container.decode(stored, c)
-        if hashlib.sha256(data).hexdigest() != sha256:
-            raise _fail(f"blob {sha256[:16]}... does not match its SHA-256 (damaged or tampered)")
-        return stored, data, c.ranges
+            data, ranges = container.decode_checked(stored, sha256, expected, limit)
+        except container.ContainerError as exc:  # a bad header, or sizes other than declared
+            said = str(exc)
+            what = said if said.startswith("blob ") else f"blob {sha256[:16]}... is not a valid compact blob: {said}"
+            raise _fail(what) from exc
+        except BlobCorrupt as exc:  # its canonical bytes do not hash to its name
+            raise _fail(str(exc)) from exc
+        return stored, data, ranges
 
     def read_blob(self, sha256: str) -> bytes | bytearray:
         """The blob's canonical bytes (format 1: llama.cpp's), checked against its name and sizes."""

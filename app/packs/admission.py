@@ -163,11 +163,11 @@ def admit(
             except (PackError, LibraryError) as exc:
                 gate.refuse(naming, str(exc) if isinstance(exc, PackError) else f"blob {name[:16]}...: {exc}")
                 continue
-            for what, got, of in (("tokens", blob.n_tokens, _n_tokens), ("bytes", blob.size, _blob_size)):
-                wrong = [e for e in naming if of(e) != got]
-                if wrong:
-                    declared = sorted({of(e) for e in naming})
-                    gate.refuse(wrong, f"blob {name[:16]}... holds {got} {what}, its entries declare {declared}")
+            wrong = [e for e in naming if not _matches(e, blob)]
+            if wrong:
+                declared = sorted({(e.n_tokens, e.blob_size) for e in naming})
+                why = f"blob {name[:16]}... holds {blob.n_tokens} tokens in {blob.size:,} bytes; its entries declare "
+                gate.refuse(wrong, why + ", ".join(f"{t} tokens in {b:,} bytes" for t, b in declared))
             held.keep(blob)
         progress("blobs", len(by_blob), len(by_blob))
         live = [e for e in live if e.blob_sha256 in held and _matches(e, held.by_name[e.blob_sha256])]
@@ -182,14 +182,6 @@ def admit(
         out.imported, out.skipped = done["imported"], done["skipped"]
     out.proofs = [a.proof for a in admitted]
     return out
-
-
-def _n_tokens(e: PackEntry) -> int:
-    return e.n_tokens
-
-
-def _blob_size(e: PackEntry) -> int:
-    return e.blob_size
 
 
 def _matches(e: PackEntry, blob: CheckedBlob) -> bool:

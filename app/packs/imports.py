@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 
 from kvgraft.app.core.progress import Progress, no_progress
-from kvgraft.app.packs.admission import admit, note_unknown_checkers, state_size_limit  # noqa: F401 (re-exported)
+from kvgraft.app.packs.admission import admit, note_unknown_checkers
 from kvgraft.app.packs.rebuild import rebuild_pack
 from kvgraft.app.packs.results import PackImport
 from kvgraft.app.packs.trust import trust_store

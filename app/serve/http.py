@@ -29,14 +29,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from kvgraft.app.core.jobs import Cancelled, Errored, Event, Returned, Started
+from kvgraft.app.core.jobs import Cancelled, Errored, Event, QueueFull, Returned, Started
 from kvgraft.app.proof.chat_format import ChatFormat, ChatFormatError, paragraph_boundary
 from kvgraft.app.serve import messages_api, openai_shapes, responses_api, tools
 from kvgraft.app.serve import openai_api as api
 from kvgraft.app.serve.metrics import Metrics
 from kvgraft.app.serve.openai_api import ApiError, CompletionRequest
 from kvgraft.app.serve.openai_shapes import engine_error as _engine_error
-from kvgraft.app.serve.worker import EngineWorker, QueueFull, ServeJob
+from kvgraft.app.serve.worker import EngineWorker, ServeJob
 from kvgraft.engine.constraint import Grammar, GrammarError, styled
 from kvgraft.library.tokens import tokens_sha256
 

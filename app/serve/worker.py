@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kvgraft.app.answer.stream import TextStream
-from kvgraft.app.core.jobs import Errored, Event, JobThread, QueueFull, Returned, Yielded, run_job  # noqa: F401
+from kvgraft.app.core.jobs import Errored, Event, JobThread, Returned, Yielded, run_job
 from kvgraft.app.serve.prompt_cache import MAX_PENDING, PromptCache
 from kvgraft.app.service import LibraryService
 from kvgraft.engine.errors import Cancelled, EngineError

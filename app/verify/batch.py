@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Sequence
 
 from kvgraft.app.core.progress import Progress, no_progress
-from kvgraft.app.packs.imports import state_size_limit, trusted_name
+from kvgraft.app.packs.admission import state_size_limit
+from kvgraft.app.packs.imports import trusted_name
 from kvgraft.app.packs.trust import trust_store
 from kvgraft.app.service import LibraryService
 from kvgraft.app.verify.items import (
