@@ -1,6 +1,6 @@
 """Known models (app/core/model_registry.py): assembled from installed chunk packages, the hash checked
 before the file is put in place and again before it is loaded. The packages here are small synthetic
-ones on sys.path with real dist-info metadata; nothing is downloaded (`install=False`)."""
+ones on sys.path with real dist-info metadata; nothing is downloaded (`offline=True`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from kvgraft.app.core import model_registry as reg
+from kvgraft.app.core.model_download import fetch
 from kvgraft.app.core.model_store import ModelStoreError
 from kvgraft.app.core.runtime import Settings, resolve_model_path
 from kvgraft.engine.errors import ModelLoadError
@@ -69,11 +70,11 @@ def synthetic(tmp_path, monkeypatch, model_cache):
 def test_fetch_assembles_checks_and_reuses(synthetic, model_cache):
     m, _ = synthetic
     seen = []
-    path = reg.fetch(m, install=False, on_bytes=lambda done, total: seen.append((done, total)))
+    path = fetch(m, offline=True, on_bytes=lambda done, total: seen.append((done, total)))
     assert path == model_cache / m.file_name and path.read_bytes() == b"".join(PARTS)
     assert seen[-1] == (m.size, m.size)
     mtime = path.stat().st_mtime_ns
-    assert reg.fetch(m, install=False) == path and path.stat().st_mtime_ns == mtime  # not assembled again
+    assert fetch(m, offline=True) == path and path.stat().st_mtime_ns == mtime  # not assembled again
     assert [p.name for p in model_cache.iterdir() if p.name.startswith(".")] == []
 
 
@@ -81,7 +82,7 @@ def test_a_wrong_hash_leaves_nothing(synthetic, model_cache):
     m, _ = synthetic
     bad = reg.KnownModel(**{**m.__dict__, "sha256": "0" * 64})
     with pytest.raises(ModelStoreError, match="SHA-256"):
-        reg.fetch(bad, install=False)
+        fetch(bad, offline=True)
     assert list(model_cache.iterdir()) in ([], [model_cache / "sha256-cache.json"])
 
 
@@ -89,17 +90,17 @@ def test_missing_or_other_version_packages_are_named(synthetic, tmp_path):
     m, site = synthetic
     gone = reg.KnownModel(**{**m.__dict__, "chunks": (*m.chunks, reg.Chunk("kvg-not-installed", "kvg_nope", "x"))})
     with pytest.raises(ModelStoreError, match=r"kvg-not-installed.*kvgraft models fetch"):
-        reg.fetch(gone, install=False)
+        fetch(gone, offline=True)
     newer = reg.KnownModel(**{**m.__dict__, "version": "2.0"})
     with pytest.raises(ModelStoreError, match="another version than the pinned 2.0"):
-        reg.fetch(newer, install=False)
+        fetch(newer, offline=True)
 
 
 def test_loading_by_name_checks_the_hash_first(synthetic, model_cache):
     m, _ = synthetic
     with pytest.raises(ModelLoadError, match="not fetched yet"):
         resolve_model_path(Settings(model=m.name))
-    path = reg.fetch(m, install=False)
+    path = fetch(m, offline=True)
     assert resolve_model_path(Settings(model=m.name)) == path.resolve()
     st = path.stat()
     time.sleep(0.05)  # later than the fetch by more than the kernel's coarse timestamp tick
@@ -122,7 +123,7 @@ def test_cli_lists_and_fetches(synthetic, model_cache):
     qwen = rows["qwen2.5-coder-1.5b"]
     assert qwen["sha256"].startswith("cc324af070c2") and len(qwen["packages"]) == 22
     assert rows[m.name]["fetched"] is False
-    r = run(cli, ["models", "fetch", m.name, "--no-install"])
+    r = run(cli, ["models", "fetch", m.name, "--offline"])
     assert r.exit_code == 0, r.output
     assert "checked" in r.stdout and (model_cache / m.file_name).is_file()
     r = run(cli, ["models", "fetch", "no-such-model"])
@@ -138,7 +139,7 @@ def test_the_window_lists_a_fetched_known_model(qtbot, synthetic, tmp_path):
     picker.populate(None, tmp_path / "no-models")
     titles = [picker.itemText(i) for i in range(picker.count())]
     assert m.title not in titles  # not fetched yet
-    path = reg.fetch(m, install=False)
+    path = fetch(m, offline=True)
     picker.populate(path, tmp_path / "no-models")
     titles = [picker.itemText(i) for i in range(picker.count())]
     assert titles.count(m.title) == 1 and path.name not in titles  # once, by its title

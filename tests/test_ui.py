@@ -14,6 +14,7 @@ from PySide6.QtWidgets import QDialog
 
 from kvgraft.app.answer.result import AskResult
 from kvgraft.app.core.runtime import Settings
+from kvgraft.app.core.settings_store import save_settings, saved_settings
 from kvgraft.app.core.textgen import synthetic_text
 from kvgraft.app.lab.starter_problems import starter_problems
 from kvgraft.app.packs.export import build_pack
@@ -23,7 +24,7 @@ from kvgraft.library.library import Library
 from kvgraft.ui.deposit_dialog import DepositAnswerDialog
 from kvgraft.ui.library_table import COLUMNS, EntriesModel, sorted_view
 from kvgraft.ui.main_window import MainWindow
-from kvgraft.ui.settings_dialog import SettingsDialog, load_settings, save_settings
+from kvgraft.ui.settings_dialog import SettingsDialog, legacy_settings, window_settings
 
 SHORT = sorted(starter_problems(24), key=lambda p: len(p.solution))[:2]
 
@@ -181,40 +182,58 @@ def test_verify_selected_with_progress(qtbot, window, tiny_pack):
     qtbot.waitUntil(lambda: window.progress.format() == "verify 2/2")  # the window's bar followed
 
 
-def test_settings_persist(qtbot, engine, qsettings):
+def test_settings_persist_in_the_data_dir(qtbot, engine, qsettings, kvgraft_home):
     s = Settings(model=None, n_ctx=4096, n_threads=1, n_gpu_layers=0)
-    save_settings(qsettings, s)
-    again = QSettings(qsettings.fileName(), QSettings.IniFormat)
-    assert load_settings(again) == s
-    w = MainWindow(again, engine=engine)
+    kvgraft_home.mkdir(parents=True)
+    save_settings(kvgraft_home, s)
+    assert saved_settings(kvgraft_home) == s
+    w = MainWindow(qsettings, engine=engine)
     w.show_message = lambda *a: None
     qtbot.addWidget(w)
     assert w.settings.n_ctx == 4096 and w.settings.n_threads == 1
     w.close()
     assert not w.client.thread.isRunning()
+    assert not qsettings.contains("config")  # nothing per user
 
 
-def test_settings_persist_whole(qsettings, tmp_path):
+def test_settings_persist_whole(tmp_path):
     """Every field is stored, the bit-deciding ones too: the app grafts what `--flash-attn` deposited."""
     s = Settings(model=tmp_path / "m.gguf", n_ctx=2048, n_threads=3, n_gpu_layers=5, flash_attn=True, type_k="q8_0")
-    save_settings(qsettings, s)
-    again = load_settings(QSettings(qsettings.fileName(), QSettings.IniFormat))
+    save_settings(tmp_path, s)
+    again = saved_settings(tmp_path)
     assert again == s and again.flash_attn is True and again.type_k == "q8_0"
     assert set(s.to_dict()) == {f.name for f in dataclasses.fields(Settings)}
+    (tmp_path / "settings.json").write_text('{"n_ctx": "lots", "flash_attn": true, "colour": "red"}')
+    s = saved_settings(tmp_path)
+    assert s.n_ctx == Settings().n_ctx and s.flash_attn is True  # a wrong type keeps the default
+    (tmp_path / "settings.json").write_text("{half")
+    assert saved_settings(tmp_path) == Settings()
 
 
-def test_settings_from_an_older_version_and_a_damaged_file(tmp_path):
+def test_per_user_settings_move_into_the_first_data_dir_once(tmp_path):
+    qs = QSettings(str(tmp_path / "user.ini"), QSettings.IniFormat)
+    qs.setValue("config", '{"n_ctx": 2048, "flash_attn": true, "type_v": "q8_0"}')
+    qs.sync()
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    moved = window_settings(first, qs)
+    assert (moved.n_ctx, moved.flash_attn, moved.type_v) == (2048, True, "q8_0")
+    assert saved_settings(first) == moved  # written into the data dir
+    again = QSettings(qs.fileName(), QSettings.IniFormat)
+    assert again.value("migrated_to") == str(first)
+    assert window_settings(second, again) == Settings()  # a second data dir starts from the defaults
+    assert saved_settings(second) is None
+    assert window_settings(first, again) == moved
+
+
+def test_settings_from_an_older_version(tmp_path):
     old = QSettings(str(tmp_path / "old.ini"), QSettings.IniFormat)
+    assert legacy_settings(old) is None
     for key, value in (("model", ""), ("n_ctx", 2048), ("threads", 2), ("gpu_layers", 0)):
         old.setValue(key, value)
     old.sync()
-    s = load_settings(QSettings(old.fileName(), QSettings.IniFormat))
+    s = legacy_settings(QSettings(old.fileName(), QSettings.IniFormat))
     assert (s.model, s.n_ctx, s.n_threads, s.flash_attn) == (None, 2048, 2, False)
-    bad = QSettings(str(tmp_path / "bad.ini"), QSettings.IniFormat)
-    bad.setValue("config", '{"n_ctx": "lots", "flash_attn": true, "colour": "red"}')
-    bad.sync()
-    s = load_settings(QSettings(bad.fileName(), QSettings.IniFormat))
-    assert s.n_ctx == Settings().n_ctx and s.flash_attn is True  # a wrong type keeps the default
 
 
 def test_settings_dialog_keeps_what_it_does_not_show_and_sets_flash_attention(qtbot):

@@ -305,7 +305,7 @@ def test_settings_llama_cpp_refuses_are_not_kept(qtbot, window, qsettings):
     the settings that loaded, and saves nothing (a saved setting never leaves the window unable to start)."""
     import dataclasses
 
-    from kvgraft.ui.settings_dialog import load_settings
+    from kvgraft.app.core.settings_store import saved_settings
 
     w = window
     good = w.settings
@@ -315,4 +315,4 @@ def test_settings_llama_cpp_refuses_are_not_kept(qtbot, window, qsettings):
     assert "needs flash attention on" in text and "flash_attn=True" not in text  # the user's words, not llama.cpp's
     qtbot.waitUntil(lambda: bool(w.engine_info), timeout=120_000)  # loaded again, with the settings before
     assert w.settings == good and w.engine_info["n_ctx"] == good.n_ctx
-    assert load_settings(QSettings(qsettings.fileName(), QSettings.IniFormat)).type_v == "f16"
+    assert saved_settings(w.view.library.root) is None  # nothing was saved

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 import kvgraft
 from kvgraft.app.core.runtime import Settings
+from kvgraft.app.core.settings_store import save_settings
 from kvgraft.app.core.words import counted
 from kvgraft.app.library_view import LibraryView
 
@@ -40,7 +41,7 @@ from .model_picker import ModelPicker, models_dir
 from .remote_ops import RemoteOps
 from .remote_panel import RemotePanel
 from .server_panel import ServerPanel
-from .settings_dialog import SettingsDialog, load_settings, save_settings
+from .settings_dialog import SettingsDialog, window_settings
 from .window_files import WindowFiles
 from .window_messages import WindowMessages
 from .window_status import WindowStatus
@@ -54,11 +55,11 @@ ICON = Path(kvgraft.__file__).resolve().parent / "kvgraft.svg"  # package data o
 class MainWindow(WindowFiles, WindowMessages, WindowStatus, QMainWindow):
     def __init__(self, qsettings: QSettings | None = None, engine=None) -> None:
         super().__init__()
-        self.qsettings = qsettings or QSettings("kvgraft", "kvgraft")
-        self.settings: Settings = load_settings(self.qsettings)
+        self.qsettings = qsettings or QSettings("kvgraft", "kvgraft")  # per user: only what is moved out once
+        self.view = LibraryView()
+        self.settings: Settings = window_settings(self.view.library.root, self.qsettings)  # the data dir's
         self._last_good: Settings | None = None  # the settings before a change, until the new ones load
         self.engine_info: dict = {}
-        self.view = LibraryView()
         self.messages: list[tuple[str, str]] = []  # (title, text) of every message shown, for tests and logs
         self._closed = False
         self._stuck_clients: list = []
@@ -206,7 +207,7 @@ class MainWindow(WindowFiles, WindowMessages, WindowStatus, QMainWindow):
             return
         self.engine_info = info
         if self._last_good is not None:  # the new settings loaded: now they are kept
-            save_settings(self.qsettings, self.settings)
+            save_settings(self.view.library.root, self.settings)
             self._last_good = None
         self.ask_button.setEnabled(True)
         self.model_label.setText(self._model_words())

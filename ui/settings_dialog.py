@@ -1,5 +1,5 @@
-"""Settings (model file, GPU layers, batch sizes, threads, context size, flash attention, KV types), persisted
-whole with QSettings: the app grafts what the CLI deposited with the same settings."""
+"""Settings (model file, GPU layers, batch sizes, threads, context size, flash attention, KV types), kept
+whole in the data dir (app/core/settings_store.py), where the CLI and `kvgraft serve` read them too."""
 
 from __future__ import annotations
 
@@ -23,11 +23,14 @@ from PySide6.QtWidgets import (
 )
 
 from kvgraft.app.core.runtime import DEFAULT_LOOKUP, KV_TYPE_NAMES, Settings
+from kvgraft.app.core.settings_store import save_settings, saved_settings
 
-CONFIG_KEY = "config"  # the whole Settings as JSON (Settings.to_dict)
+CONFIG_KEY = "config"  # the whole Settings as JSON (Settings.to_dict), as kvgraft kept it per user before
+MIGRATED_KEY = "migrated_to"  # the data dir the per-user settings were moved into, once
 
 
-def load_settings(qs: QSettings) -> Settings:
+def legacy_settings(qs: QSettings) -> Settings | None:
+    """The per-user settings an older kvgraft kept in QSettings, or None where there are none."""
     raw = qs.value(CONFIG_KEY, "", type=str)
     if raw:
         try:
@@ -36,7 +39,9 @@ def load_settings(qs: QSettings) -> Settings:
             data = None
         if isinstance(data, dict):
             return Settings.from_dict(data)
-    # settings saved by an older kvgraft: four fields under their own keys
+    if not any(qs.contains(k) for k in ("model", "n_ctx", "threads", "gpu_layers")):
+        return None
+    # the oldest layout: four fields under their own keys
     old = {"model": qs.value("model", "", type=str)}
     for key, name in (("n_ctx", "n_ctx"), ("threads", "n_threads"), ("gpu_layers", "n_gpu_layers")):
         if qs.contains(key):
@@ -44,11 +49,20 @@ def load_settings(qs: QSettings) -> Settings:
     return Settings.from_dict(old)
 
 
-def save_settings(qs: QSettings, s: Settings) -> None:
-    qs.setValue(CONFIG_KEY, json.dumps(s.to_dict(), sort_keys=True))
-    for key in ("model", "n_ctx", "threads", "gpu_layers"):  # the older layout, replaced by CONFIG_KEY
-        qs.remove(key)
+def window_settings(home: Path, qs: QSettings) -> Settings:
+    """The data dir's settings (app/core/settings_store.py). A data dir without any takes the per-user ones
+    an older kvgraft kept, once: they are written into it, and the per-user store says where they went, so
+    the next new data dir starts from the defaults instead of another copy."""
+    saved = saved_settings(home)
+    if saved is not None:
+        return saved
+    old = legacy_settings(qs)
+    if old is None or qs.value(MIGRATED_KEY, "", type=str):
+        return Settings()
+    save_settings(home, old)
+    qs.setValue(MIGRATED_KEY, str(home))
     qs.sync()
+    return old
 
 
 class SettingsDialog(QDialog):

