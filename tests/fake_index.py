@@ -135,4 +135,3 @@ def write_parts(n: int, size: int, seed: int = 7) -> list[bytes]:
             buf += h
         out.append((b"GGUF" if i == 0 else b"") + bytes(buf[: size - (4 if i == 0 else 0)]))
     return out
-

@@ -146,7 +146,8 @@ def test_models_fetch_downloads_from_the_index_in_the_environment(index, model_c
     assert r.exit_code == 0, r.output
     assert f"3 wheels from {index.url}" in r.output and "checked" in r.output
     assert (model_cache / index.model.file_name).is_file()
-    monkeypatch.setitem(reg.KNOWN, "other", reg.KnownModel(**{**index.model.__dict__, "name": "other",
-                                                                "file_name": "other.gguf"}))
+    monkeypatch.setitem(
+        reg.KNOWN, "other", reg.KnownModel(**{**index.model.__dict__, "name": "other", "file_name": "other.gguf"})
+    )
     r = CliRunner().invoke(cli, ["models", "fetch", "other", "--offline"])
     assert r.exit_code == 3 and "not installed" in r.output

@@ -48,7 +48,7 @@ def test_doctor_loads_the_engine_with_the_saved_settings(kvgraft_home):
     save_settings(kvgraft_home, Settings(n_ctx=1024, flash_attn=True))
     r = CliRunner().invoke(cli, ["doctor", "--json"])
     assert r.exit_code == 0, r.output
-    cfg = json.loads(r.output[r.output.index("{"):])["config"]
+    cfg = json.loads(r.output[r.output.index("{") :])["config"]
     assert cfg["n_ctx"] == 1024 and cfg["flash_attn"] is True
 
 

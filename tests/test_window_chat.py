@@ -17,7 +17,7 @@ from PySide6.QtCore import QSettings, Qt
 from PySide6.QtTest import QTest
 
 import kvgraft.app.cli.common as common
-from kvgraft.app.core.model_registry import fetched_known_models
+from kvgraft.app.core.model_registry import known_models
 from kvgraft.app.core.textgen import synthetic_text
 from kvgraft.app.service import LibraryService, open_library
 from kvgraft.entry import cli
@@ -226,8 +226,9 @@ def test_the_model_picker_refuses_a_bad_file_and_nothing_changes(qtbot, window, 
     (w.view.library.root / "models" / "other.gguf").write_bytes(b"x")
     w.model_picker.populate(w.settings.model, w.view.library.root / "models")
     names = [w.model_picker.itemText(i) for i in range(w.model_picker.count())]
-    known = [title for title, _ in fetched_known_models()]  # what `kvgraft models fetch` put in the model cache
-    assert names == ["Gemma 3 270M (embedded)", *known, "other.gguf", "Add model..."]
+    known = [m.title for m in known_models()]  # each known model, fetched or not
+    assert names[0] == "Gemma 3 270M (embedded)" and names[-2:] == ["other.gguf", "Add model..."]
+    assert [n[: len(t)] for n, t in zip(names[1:-2], known)] == known
 
 
 def test_the_server_started_from_the_window_answers_the_openai_client(qtbot, window):

@@ -4,7 +4,8 @@ brought back to the GUI thread.
 
 `Background.run(name, fn, on_done)` queues `fn`; `on_done(event)` runs on the GUI thread with its one
 ending event (`Returned`, `Errored` or `Cancelled`). The thread starts on first use and stops with the
-window.
+window. The window has two: one for header checks, one for model downloads (ui/model_downloads.py), so a
+check never waits behind a download.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ from kvgraft.app.core.jobs import KNOWN, Job, JobThread, Started
 class Background(QObject):
     _deliver = Signal(object, object)  # (callback, event): queued to the GUI thread
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, name: str = "kvgraft-background") -> None:
         super().__init__(parent)
+        self.name = name
         self._thread: JobThread | None = None
         self._deliver.connect(self._on_deliver)
 
     def run(self, name: str, fn: Callable[[], Any], on_done: Callable[[Any], None], known: tuple = KNOWN) -> None:
         if self._thread is None:
-            self._thread = JobThread("kvgraft-background")
+            self._thread = JobThread(self.name)
             self._thread.start()
 
         def emit(event) -> None:

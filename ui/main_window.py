@@ -7,7 +7,6 @@ reads the library index (threads, table, detail, status bar) on its own connecti
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import sys
 from pathlib import Path
@@ -37,13 +36,13 @@ from .chat_panel import ChatPanel
 from .collector import GuiCollector
 from .first_start import FirstStartDialog
 from .library_panel import LibraryPanel
-from .model_picker import ModelPicker, models_dir
 from .remote_ops import RemoteOps
 from .remote_panel import RemotePanel
 from .server_panel import ServerPanel
 from .settings_dialog import SettingsDialog, window_settings
 from .window_files import WindowFiles
 from .window_messages import WindowMessages
+from .window_models import WindowModels
 from .window_status import WindowStatus
 from .worker import EngineWorker, WorkerClient
 from .worker_ops import WorkerOps
@@ -52,7 +51,7 @@ ICON = Path(kvgraft.__file__).resolve().parent / "kvgraft.svg"  # package data o
 
 
 # the mixins first: their events override Qt's
-class MainWindow(WindowFiles, WindowMessages, WindowStatus, QMainWindow):
+class MainWindow(WindowFiles, WindowMessages, WindowModels, WindowStatus, QMainWindow):
     def __init__(self, qsettings: QSettings | None = None, engine=None) -> None:
         super().__init__()
         self.qsettings = qsettings or QSettings("kvgraft", "kvgraft")  # per user: only what is moved out once
@@ -93,9 +92,7 @@ class MainWindow(WindowFiles, WindowMessages, WindowStatus, QMainWindow):
         self.remote.push_selected_requested.connect(self._push_selected_to_remote)
         tabs.addTab(self.remote, "Remote")
         self.tabs = tabs
-        self.model_picker = ModelPicker()
-        self.model_picker.populate(self.settings.model, models_dir(self.view.library.root))
-        self.model_picker.chosen.connect(self._on_model_chosen)
+        self._build_models()  # the picker, the downloads (ui/window_models.py)
         self.model_label = QLabel("model: loading...")
         self.library_label = QLabel("")
         self.progress = QProgressBar()
@@ -108,6 +105,7 @@ class MainWindow(WindowFiles, WindowMessages, WindowStatus, QMainWindow):
         sb.addWidget(self.model_picker)
         sb.addWidget(self.model_label)
         sb.addWidget(self.library_label, 1)
+        sb.addPermanentWidget(self.download_bar)
         sb.addPermanentWidget(self.progress)
         sb.addPermanentWidget(self.cancel_button)
         menu = self.menuBar().addMenu("&File")
@@ -197,6 +195,7 @@ class MainWindow(WindowFiles, WindowMessages, WindowStatus, QMainWindow):
         self._closed = True  # signals still queued from the worker are ignored from here on
         self.library_panel.stop()
         self.background.stop()
+        self.downloads.stop()  # a download stops at its next block; what came is kept for the next one
         self.stop_worker()  # the server started from the window stops with it (ui/worker_ops.py)
         self.view.close()
         super().closeEvent(event)
@@ -208,10 +207,12 @@ class MainWindow(WindowFiles, WindowMessages, WindowStatus, QMainWindow):
         self.engine_info = info
         if self._last_good is not None:  # the new settings loaded: now they are kept
             save_settings(self.view.library.root, self.settings)
+            if self._last_good.model != self.settings.model:
+                self.notify("Model changed", self._model_changed_words(self._last_good, self.settings))
             self._last_good = None
         self.ask_button.setEnabled(True)
         self.model_label.setText(self._model_words())
-        self.model_picker.populate(self.settings.model, models_dir(self.view.library.root))
+        self.refresh_picker()
         self.library_panel.fingerprint = info["fingerprint"]
         self.chat.engine_ready(info["fingerprint"])
         self.refresh_library()
@@ -355,15 +356,6 @@ class MainWindow(WindowFiles, WindowMessages, WindowStatus, QMainWindow):
         self.server.on_state({"running": False})
         self.stop_worker()
         self._start_worker()
-
-    def _on_model_chosen(self, path: str) -> None:
-        if path:
-            self.offer_model(path, ask=False)
-        else:
-            self.use_embedded_model()
-
-    def use_embedded_model(self) -> None:
-        self.apply_settings(dataclasses.replace(self.settings, model=None))
 
 
 def run(argv: list[str] | None = None) -> int:

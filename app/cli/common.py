@@ -115,8 +115,21 @@ def engine_options(f):
         f = opt(f)
 
     @functools.wraps(f)
-    def wrapper(*args, model, n_ctx, threads, gpu_layers, n_batch, n_ubatch, lookup, no_lookup, flash_attn,
-                type_k, type_v, **kwargs):
+    def wrapper(
+        *args,
+        model,
+        n_ctx,
+        threads,
+        gpu_layers,
+        n_batch,
+        n_ubatch,
+        lookup,
+        no_lookup,
+        flash_attn,
+        type_k,
+        type_v,
+        **kwargs,
+    ):
         base = saved_settings(cli_home()) or Settings()
         given = {
             "n_ctx": n_ctx,

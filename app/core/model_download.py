@@ -190,7 +190,9 @@ def _wheel_url(index: str, chunk: Chunk, name: str) -> str:
     """Where the index says the pinned wheel lies; refused when the index lists another hash for it."""
     page = f"{index}/{chunk.dist}/"
     try:
-        with urllib.request.urlopen(urllib.request.Request(page, headers={"Accept": JSON_PAGE}), timeout=TIMEOUT_S) as r:
+        with urllib.request.urlopen(
+            urllib.request.Request(page, headers={"Accept": JSON_PAGE}), timeout=TIMEOUT_S
+        ) as r:
             listing = json.loads(r.read(8 << 20))
     except ValueError as exc:
         raise DownloadError(f"{page} is not a package index's JSON page (PEP 691)") from exc

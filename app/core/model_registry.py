@@ -16,6 +16,7 @@ import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
+
 from kvgraft.app.core.model_store import ModelStoreError, model_sha256
 from kvgraft.app.core.paths import model_dir
 
@@ -130,6 +131,10 @@ def target_path(model: KnownModel) -> Path:
 def fetched_path(model: KnownModel) -> Path | None:
     path = target_path(model)
     return path if path.is_file() else None
+
+
+def known_models() -> list[KnownModel]:
+    return list(KNOWN.values())
 
 
 def fetched_known_models() -> list[tuple[str, Path]]:
