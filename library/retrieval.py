@@ -82,14 +82,20 @@ class Retrieval:
         """Graftable worked solutions for `question`, best BM25 first, each with its coverage."""
         return self._rank(question, fingerprint, "('solution')", limit)
 
-    def _rank(self, question: str, fingerprint: str, kinds: str, limit: int) -> list[Ranked]:
+    def rank_elsewhere(self, question: str, fingerprint: str, limit: int = 4) -> list[Ranked]:
+        """Proven documents, prefixes and solutions made under any other fingerprint than `fingerprint`
+        (other settings, another model): what a rebuild for this engine would make graftable."""
+        return self._rank(question, fingerprint, "('document', 'prefix', 'solution')", limit, same=False)
+
+    def _rank(self, question: str, fingerprint: str, kinds: str, limit: int, same: bool = True) -> list[Ranked]:
         terms = content_terms(question)
         if not terms:
             return []
         q = self._db.execute
+        op = "=" if same else "!="
         rows = q(
             "SELECT e.id, -bm25(entries_fts, 2.0, 1.0, 1.0) FROM entries_fts f JOIN entries e ON e.id = f.rowid "
-            f"WHERE entries_fts MATCH ? AND e.kind IN {kinds} AND e.fingerprint = ? AND {GRAFTABLE} "
+            f"WHERE entries_fts MATCH ? AND e.kind IN {kinds} AND e.fingerprint {op} ? AND {GRAFTABLE} "
             "ORDER BY bm25(entries_fts, 2.0, 1.0, 1.0) LIMIT ?",
             [" OR ".join(_quoted(t) for t in terms), fingerprint, limit],
         ).fetchall()

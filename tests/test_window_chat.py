@@ -228,7 +228,7 @@ def test_the_model_picker_refuses_a_bad_file_and_nothing_changes(qtbot, window, 
     names = [w.model_picker.itemText(i) for i in range(w.model_picker.count())]
     known = [m.title for m in known_models()]  # each known model, fetched or not
     assert names[0] == "Gemma 3 270M (embedded)" and names[-2:] == ["other.gguf", "Add model..."]
-    assert [n[: len(t)] for n, t in zip(names[1:-2], known)] == known
+    assert [n[: len(t)] for n, t in zip(names[1:-2], known, strict=True)] == known
 
 
 def test_the_server_started_from_the_window_answers_the_openai_client(qtbot, window):

@@ -19,6 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kvgraft.app.core.words import counted
+
 from .deposit_dialog import DepositAnswerDialog
 
 # why an answer that did not end by itself is shown marked (and cannot be deposited)
@@ -32,10 +34,12 @@ ENDED_EARLY = {
 class AnswerPanel(QWidget):
     ask_requested = Signal(str)  # the question
     deposit_requested = Signal(str, str, str)  # question, solution (the whole answer), the answer vouched for
+    rebuild_requested = Signal(list)  # entry ids made under other settings that hold the last question
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.last_answer: dict | None = None
+        self._elsewhere: list[int] = []
         lay = QVBoxLayout(self)
         row = QHBoxLayout()
         self.question = QLineEdit()
@@ -59,6 +63,14 @@ class AnswerPanel(QWidget):
         self.provenance.setWordWrap(True)
         self.provenance.setTextInteractionFlags(Qt.TextSelectableByMouse)
         lay.addWidget(self.provenance)
+        self.elsewhere = QLabel("")  # entries made under other settings that hold the question, named
+        self.elsewhere.setWordWrap(True)
+        self.elsewhere.hide()
+        lay.addWidget(self.elsewhere)
+        self.rebuild_button = QPushButton("")
+        self.rebuild_button.hide()
+        self.rebuild_button.clicked.connect(self._rebuild)
+        lay.addWidget(self.rebuild_button, 0, Qt.AlignLeft)
         self.deposit_button = QPushButton("Confirm and deposit this answer...")
         self.deposit_button.setEnabled(False)
         self.deposit_button.clicked.connect(self.deposit_answer)
@@ -70,6 +82,7 @@ class AnswerPanel(QWidget):
             return
         self.answer_view.clear()
         self.provenance.setText("")
+        self.show_elsewhere([])
         self._set_state("")
         self.deposit_button.setEnabled(False)
         self.ask_requested.emit(q)
@@ -92,8 +105,28 @@ class AnswerPanel(QWidget):
         elif r.get("stored_answer") is not None and r.get("matched_question") is None:  # else in the provenance
             text += f"\nstored answer (stated, not verified): {r['stored_answer']}"
         self.provenance.setText(text)
+        self.show_elsewhere(r.get("made_elsewhere") or [])
         self._set_state(ENDED_EARLY.get(r["stop_reason"], ""))
         self.deposit_button.setEnabled(bool(r.get("depositable")))
+
+    def show_elsewhere(self, made: list[dict]) -> None:
+        """Name the entries made under other settings that hold the question, and offer their rebuild."""
+        self._elsewhere = [m["entry_id"] for m in made]
+        self.elsewhere.setText(
+            "\n".join(f"{m['kind'].capitalize()} #{m['entry_id']} holds this but was {m['why']}." for m in made)
+        )
+        self.elsewhere.setVisible(bool(made))
+        self.rebuild_button.setText(f"Rebuild {counted(len(made), 'entry')} for these settings")
+        self.rebuild_button.setToolTip("Computed here from their texts (proof local), then asked again")
+        self.rebuild_button.setVisible(bool(made))
+
+    def _rebuild(self) -> None:
+        if self._elsewhere:
+            self.rebuild_button.setEnabled(False)
+            self.rebuild_requested.emit(list(self._elsewhere))
+
+    def rebuild_done(self) -> None:
+        self.rebuild_button.setEnabled(True)
 
     def _set_state(self, text: str) -> None:
         self.answer_state.setText(text)

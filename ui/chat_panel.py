@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from kvgraft.app.answer.chat import thread_listing
+from kvgraft.app.answer.elsewhere import differences
 from kvgraft.app.core.errors import EntryNotFound
 from kvgraft.app.core.words import counted
 
@@ -81,6 +82,7 @@ class ChatPanel(QWidget):
         super().__init__(parent)
         self.reader = reader  # a Library on the GUI thread's connection: reads only
         self.fingerprint: str | None = None  # the loaded engine's; None until it is ready
+        self.engine_bits: dict = {}
         self.thread_id: int | None = None
         self.pending: dict | None = None  # the reply in progress: {"thread", "user", "text", "regenerate"}
         self.results: dict[tuple[int, int], dict] = {}  # (thread, turn) -> this session's SayResult, for wall time
@@ -160,8 +162,9 @@ class ChatPanel(QWidget):
         self._update_buttons()
 
     # -- what the engine thread says ------------------------------------------------------------------
-    def engine_ready(self, fingerprint: str) -> None:
+    def engine_ready(self, fingerprint: str, bits: dict | None = None) -> None:
         self.fingerprint = fingerprint
+        self.engine_bits = bits or {}  # the engine's fingerprint info: what a thread's differs in, in words
         self.refresh()
 
     def set_busy(self, busy: bool) -> None:
@@ -315,9 +318,10 @@ class ChatPanel(QWidget):
             if th.from_entry_id:
                 head += f" - started from entry #{th.from_entry_id}"
             if self.fingerprint and th.fingerprint != self.fingerprint:
+                why = differences(self.reader.engines().get(th.fingerprint), self.engine_bits)
                 head += (
-                    "\nMade under another model or engine settings: its states are not grafted here. "
-                    "Open it with the model and settings it was made with."
+                    f"\n{why[0].upper()}{why[1:]}: its states are not grafted under these settings. "
+                    "Open it with the settings it was made with (File > Settings...)."
                 )
             self.header.setText(head)
             self.system.setPlainText(th.system or "")

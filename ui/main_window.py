@@ -130,6 +130,7 @@ class MainWindow(WindowFiles, WindowMessages, WindowModels, WindowStatus, QMainW
         p = self.answer_panel = AnswerPanel()
         p.ask_requested.connect(self._request_ask)
         p.deposit_requested.connect(self._request_deposit_solution)
+        p.rebuild_requested.connect(lambda ids: self.client.call(WorkerOps.rebuild, ids))
         # the panel's widgets, as tests and scripts drive the window
         self.question, self.ask_button, self.answer_view = p.question, p.ask_button, p.answer_view
         self.answer_state, self.provenance, self.deposit_button = p.answer_state, p.provenance, p.deposit_button
@@ -183,6 +184,7 @@ class MainWindow(WindowFiles, WindowMessages, WindowModels, WindowStatus, QMainW
         w.server_state.connect(self.server.on_state)
         w.server_log.connect(self.server.on_request)
         w.remote_done.connect(self._on_remote_done)
+        w.rebuilt.connect(self._on_rebuilt)
         self.client.request_start.emit()
 
     def stop_worker(self) -> bool:
@@ -214,7 +216,7 @@ class MainWindow(WindowFiles, WindowMessages, WindowModels, WindowStatus, QMainW
         self.model_label.setText(self._model_words())
         self.refresh_picker()
         self.library_panel.fingerprint = info["fingerprint"]
-        self.chat.engine_ready(info["fingerprint"])
+        self.chat.engine_ready(info["fingerprint"], info.get("fingerprint_info", {}))
         self.refresh_library()
 
     def _on_status(self, message: str) -> None:
@@ -262,6 +264,8 @@ class MainWindow(WindowFiles, WindowMessages, WindowModels, WindowStatus, QMainW
             self.server.on_failed(message)
         if op == "remote":
             self.remote.on_failed(message)
+        if op == "rebuild":
+            self.answer_panel.rebuild_done()
         if op == "start":
             self.model_label.setText("model: not loaded")
             if self._last_good is not None:  # a start never stays broken by a setting: back to what loaded

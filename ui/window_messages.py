@@ -62,6 +62,20 @@ class WindowMessages:
         self.remote.on_done(r)
         self.refresh_library()
 
+    def _on_rebuilt(self, r: dict) -> None:
+        """Entries rebuilt for these settings (Ask's offer): said, then the question asked again."""
+        if self._closed:
+            return
+        self.answer_panel.rebuild_done()
+        made = ", ".join(f"#{i}" for i in r["ids"])
+        self.notify(
+            "Rebuilt",
+            f"{counted(r['rebuilt'], 'entry')} computed for these settings ({made}, proof local)"
+            + (f"; {r['already_here']} already here" if r["already_here"] else "")
+            + ". The question is asked again.",
+        )
+        self.ask()
+
     def _on_imported(self, s: dict) -> None:
         self.notify("Import", import_summary(s), error=bool(s["refused"]))
 

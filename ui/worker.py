@@ -64,6 +64,7 @@ class EngineWorker(QObject, WorkerOps, RemoteOps):
     server_log = Signal(dict)  # one request the server answered (app/serve/embedded.py)
     server_wake = Signal()  # emitted by the HTTP thread: a job waits
     remote_done = Signal(dict)  # {"op": add/rm/push/pull, "name", ...} (ui/remote_ops.py)
+    rebuilt = Signal(dict)  # rebuild_entries: {rebuilt, already_here, ids, from}
 
     def __init__(self, settings: Settings, engine=None) -> None:
         super().__init__()
@@ -156,6 +157,7 @@ class EngineWorker(QObject, WorkerOps, RemoteOps):
                     "path": info.path,
                     "backend": self.engine.backend,
                     "fingerprint": self.engine.fingerprint,
+                    "fingerprint_info": self.engine.fingerprint_info,  # what differs from an entry's, in words
                     "n_ctx": self.engine.config.n_ctx,
                     # the settings that decide the bits besides the model, for the status bar
                     "flash_attn": self.engine.config.flash_attn,

@@ -16,6 +16,7 @@ import time
 
 from kvgraft.app.answer.chat import ChatService, regenerate_sampling
 from kvgraft.app.maintain.disk import collect, remove_entries
+from kvgraft.app.packs.rebuild import rebuild_entries
 from kvgraft.app.serve.embedded import EmbeddedServer
 from kvgraft.app.serve.run import ServeOptions, default_budget
 
@@ -91,6 +92,16 @@ class WorkerOps:
 
     def chat_check(self, thread_id: int, turn: int) -> None:
         self._run("check", lambda: self.turn_checked.emit(self._chats().check_turn(thread_id, turn)))
+
+    def rebuild(self, ids: list) -> None:
+        """Entries made under other settings computed again for these (Ask's offer, app/packs/rebuild.py)."""
+
+        def go():
+            out = rebuild_entries(self._service(), ids, self._cancel.reporting(self.progress.emit))
+            self.library_changed.emit()
+            self.rebuilt.emit(out)
+
+        self._run("rebuild", go)
 
     # -- disk --------------------------------------------------------------------------------------
     def remove(self, ids: list) -> None:

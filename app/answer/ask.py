@@ -23,6 +23,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from kvgraft.app.answer.elsewhere import made_elsewhere
 from kvgraft.app.answer.reading import Verdict, read_candidates
 from kvgraft.app.answer.result import AskResult, ranked_dict
 from kvgraft.app.answer.stream import TextFn, TextStream
@@ -375,6 +376,9 @@ def _from_prefix_or_fresh(
         **(read.gains() if read is not None else {}),
         section=section.as_dict() if section is not None else None,
         not_grafted=not_grafted,
+        made_elsewhere=[x.as_dict() for x in made_elsewhere(lib, asked.question, service.engine)]
+        if use_library and context is None
+        else [],
         **grafted,
         **stored.checked(answer, checker),
     )

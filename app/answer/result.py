@@ -61,6 +61,9 @@ class AskResult:
     # fresh although the library holds candidates: why none was grafted (the model's reading found
     # none that explains the question, or the covering one does not fit the context)
     not_grafted: str | None = None
+    # fresh or prefix although entries made under other settings hold the question (app/answer/elsewhere.py):
+    # each {entry_id, kind, title, why}; a rebuild for these settings makes them graftable
+    made_elsewhere: list = field(default_factory=list)
     # stopped by the caller (Stop in the window, Ctrl-C): the answer is what was decoded until then
     cancelled: bool = field(init=False)
     # a fresh or prefix answer that ended by itself (end of text, a stop string): one a person may vouch
@@ -88,7 +91,10 @@ class AskResult:
             else:
                 below = ""
             stopped = " - stopped" if self.cancelled else ""
-            return f"fresh{below} - {self.tokens_prefilled:,} tokens prefilled - {self.tokens_decoded} decoded{stopped}"
+            return (
+                f"fresh{below} - {self.tokens_prefilled:,} tokens prefilled - {self.tokens_decoded} decoded{stopped}"
+                + self.elsewhere_words()
+            )
         if self.source == "graft":
             what = f"entry #{self.entry_id}"
         elif self.source == "retrieved" and self.matched_question is not None:
@@ -130,8 +136,16 @@ class AskResult:
         return (
             f"from {what} ({origin}) - {self.tokens_restored:,} tokens restored in {self.graft_ms:.0f} ms - "
             f"{exact}{rest} - "
-            f"{self.tokens_decoded} tokens decoded" + (" - stopped" if self.cancelled else "")
+            f"{self.tokens_decoded} tokens decoded" + (" - stopped" if self.cancelled else "") + self.elsewhere_words()
         )
+
+    def elsewhere_words(self) -> str:
+        """ " - document #8 holds this but was made with flash attention off (rebuild ...)", else nothing."""
+        if not self.made_elsewhere:
+            return ""
+        said = "; ".join(f"{m['kind']} #{m['entry_id']} holds this but was {m['why']}" for m in self.made_elsewhere[:3])
+        more = f" and {len(self.made_elsewhere) - 3} more" if len(self.made_elsewhere) > 3 else ""
+        return f" - {said}{more}: a rebuild for these settings grafts it"
 
     def _where(self) -> str:
         """ " in doc.md, section 3 of 12" for an entry deposited from a file, else nothing."""

@@ -21,7 +21,7 @@ from kvgraft.engine.errors import Cancelled, EngineError
 from kvgraft.library.errors import LibraryError
 from kvgraft.library.manifest import PackEntry
 from kvgraft.library.pack import PackError, PackReader
-from kvgraft.library.records import LOCAL
+from kvgraft.library.records import LOCAL, PACK_KINDS, Entry
 from kvgraft.library.tokens import tokens_sha256
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,44 @@ def rebuild_pack(service: LibraryService, reader: PackReader, progress: Progress
     )
 
 
-def entry_states(service: LibraryService, e: PackEntry, tokens: list[int]) -> list[dict]:
+def rebuild_entries(service: LibraryService, ids: list[int], progress: Progress) -> dict:
+    """Entries made under other settings (another fingerprint), computed again here from their texts, in
+    one transaction, proof `local` (a fresh run compared with a graft, as a deposit makes one): what
+    Ask offers when such entries hold the question. The old entries stay (the other settings still graft
+    them). A Cancelled from `progress` before the commit leaves the library as it was."""
+    engine, lib = service.engine, service.library
+    entries = [lib.get(i) for i in ids]
+    missing = [i for i, e in zip(ids, entries, strict=True) if e is None]
+    if missing:
+        raise LibraryError(f"no entry #{missing[0]} in this library")
+    limit = engine.config.n_ctx - 64
+    tokens = []
+    for e in entries:
+        if e.kind not in PACK_KINDS:
+            raise LibraryError(f"entry #{e.id} is a {e.kind}: only knowledge entries are rebuilt")
+        t = entry_tokens(engine.model, e.kind, e.text)
+        if len(t) > limit:
+            raise LibraryError(f"entry #{e.id} is {len(t):,} tokens here, more than this context holds ({limit:,})")
+        tokens.append(t)
+    kept = 0
+    with lib.entry_batch() as batch:
+        mains = []
+        for i, (e, t) in enumerate(zip(entries, tokens, strict=True)):
+            here = lib.find_same(tokens_sha256(t), engine.fingerprint, e.kind, e.question, e.answer)
+            mains.append(batch.size)
+            if here is not None and here.damaged is None and here.proven:
+                batch.keep(here)
+                kept += 1
+            else:
+                for state in entry_states(service, e, t):
+                    batch.add(**state)
+            progress("rebuild", i + 1, len(entries))
+        done = batch.commit()
+    made = [done[k][0].id for k in mains]
+    return {"rebuilt": len(entries) - kept, "already_here": kept, "ids": made, "from": list(ids)}
+
+
+def entry_states(service: LibraryService, e: PackEntry | Entry, tokens: list[int]) -> list[dict]:
     """`Library.stage_entry` keywords for a pack entry's state computed here as a deposit computes it (a
     fresh run, its receipt compared with a graft), then for a solution its answer-ready state. The
     answer is stated (nobody here vouched for it); the checker is the pack's."""
