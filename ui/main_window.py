@@ -11,7 +11,7 @@ import gc
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QCoreApplication, QEvent, QSettings, QTimer
+from PySide6.QtCore import QCoreApplication, QEvent, QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
@@ -94,20 +94,21 @@ class MainWindow(WindowFiles, WindowMessages, WindowModels, WindowStatus, QMainW
         self.tabs = tabs
         self._build_models()  # the picker, the downloads (ui/window_models.py)
         self.model_label = QLabel("model: loading...")
-        self.library_label = QLabel("")
+        self.library_label = QLabel("")  # what the library holds, atop the Library tab (it wraps there)
+        self.library_label.setWordWrap(True)
+        self.library_panel.layout().insertWidget(1, self.library_label)
         self.progress = QProgressBar()
-        self.progress.setMinimumWidth(320)
+        self.progress.setMinimumWidth(200)
         self.progress.hide()
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.hide()
         self.cancel_button.clicked.connect(lambda: self.worker.cancel())
-        sb = self.statusBar()
+        sb = self.statusBar()  # the model and the engine's settings; a job's progress (tests/layout_check.py)
         sb.addWidget(self.model_picker)
-        sb.addWidget(self.model_label)
-        sb.addWidget(self.library_label, 1)
-        sb.addPermanentWidget(self.download_bar)
+        sb.addWidget(self.model_label, 1)
         sb.addPermanentWidget(self.progress)
         sb.addPermanentWidget(self.cancel_button)
+        self.addToolBar(Qt.BottomToolBarArea, self.download_bar)  # its own row: a download runs beside a job
         menu = self.menuBar().addMenu("&File")
         for text, slot, keys in (
             ("Import...", self._choose_import, QKeySequence.Open),

@@ -1,8 +1,8 @@
 """Known models downloaded from the window (app/core/model_download.py), on a queue of their own: the
 engine thread keeps answering and chatting, the GUI thread only shows the bytes.
 
-The status bar holds a bar ("Qwen2.5-Coder ... 412 / 1,071 MB") and a "Cancel download" button while a
-download runs. A cancel, a crash or a lost network keep what came: the next Download resumes there.
+A row at the window's bottom holds a bar ("Qwen2.5-Coder ...: 412 / 1,071 MB") and a "Cancel download"
+button while a download runs. A cancel, a crash or a lost network keep what came: the next Download resumes there.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
-from PySide6.QtWidgets import QHBoxLayout, QProgressBar, QPushButton, QWidget
+from PySide6.QtWidgets import QProgressBar, QPushButton, QToolBar, QWidget
 
 from kvgraft.app.core.model_download import download, downloaded_bytes, total_bytes
 from kvgraft.app.core.model_registry import KnownModel, known_models
@@ -32,18 +32,18 @@ def state_words(m: KnownModel, active: dict[str, tuple[int, int]]) -> str | None
     return None
 
 
-class DownloadBar(QWidget):
-    """The status bar's download bar and its Cancel button, shown only while a download runs."""
+class DownloadBar(QToolBar):
+    """A row of its own at the window's bottom while a download runs: its bytes and a Cancel button."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        row = QHBoxLayout(self)
-        row.setContentsMargins(0, 0, 0, 0)
+        super().__init__("Download", parent)
+        self.setMovable(False)
+        self.setFloatable(False)
         self.bar = QProgressBar()
-        self.bar.setMinimumWidth(260)
+        self.bar.setMinimumWidth(420)
         self.cancel = QPushButton("Cancel download")
-        row.addWidget(self.bar)
-        row.addWidget(self.cancel)
+        self.addWidget(self.bar)
+        self.addWidget(self.cancel)
         self.hide()
 
     def show_bytes(self, title: str, done: int, total: int) -> None:
