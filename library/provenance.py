@@ -42,6 +42,13 @@ class ProvenanceRecords:
             )
         return self.get(entry_id)
 
+    def record_check(self, entry_id: int, ok: bool) -> None:
+        """A verify run checked the entry here: when, and whether every check passed."""
+        with self.write():
+            self._db.execute(
+                "UPDATE entries SET checked_at = ?, check_ok = ? WHERE id = ?", [now(), int(bool(ok)), entry_id]
+            )
+
     def record_engine(self, fingerprint: str, info: dict, environment: dict) -> None:
         """Remember what a fingerprint stands for (once per fingerprint)."""
         if self._db.execute("SELECT 1 FROM engines WHERE fingerprint = ?", [fingerprint]).fetchone():

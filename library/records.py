@@ -66,6 +66,8 @@ class Entry:
     proof: str = "unproven"  # local / replayed / signed:<key name> / unproven (library/schema.py m007)
     schedule: dict | None = None  # None: one prefill of the text in chunks of n_batch from position 0
     vouched_by: str | None = None  # who vouched for the answer; None: stated, not verified
+    checked_at: str | None = None  # when a verify run last checked it here (None: never; library/schema.py m016)
+    check_ok: bool | None = None  # whether every check of that run passed
 
     @property
     def tokens(self) -> list[int]:
@@ -138,5 +140,7 @@ class Entry:
             checker=row.get("checker"),
             proof=row.get("proof") or UNPROVEN,
             schedule=json.loads(row["schedule"]) if row.get("schedule") else None,
+            checked_at=row.get("checked_at"),
+            check_ok=None if row.get("check_ok") is None else bool(row["check_ok"]),
             vouched_by=row.get("vouched_by"),
         )

@@ -314,6 +314,7 @@ MIGRATIONS = [
     "m013_remotes",
     "m014_cache_pins",
     "m015_turn_endings",
+    "m016_entry_checks",
 ]
 
 
@@ -327,3 +328,12 @@ def m015_turn_endings(db: Database) -> None:
     # a thread's number is never given again after a delete: the highest ever given is kept here
     db.execute("CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)")
     db.execute("INSERT INTO counters (name, value) SELECT 'threads', coalesce(max(id), 0) FROM threads")
+
+
+@migrations()
+def m016_entry_checks(db: Database) -> None:
+    """When `kvgraft verify` (the window's Verify selected too) last checked an entry here and whether every
+    check passed: `checked_at`, `check_ok` (NULL: never checked). Not `verified_at`, which says when
+    someone vouched for the answer."""
+    db["entries"].add_column("checked_at", str)
+    db["entries"].add_column("check_ok", int)

@@ -169,6 +169,18 @@ def test_drop_real_gguf_offers_switch_and_the_window_never_freezes_meanwhile(qtb
     assert "flash attention" in window.model_label.text()  # the engine line is back
 
 
+def test_an_internal_error_is_said_in_a_users_words(qtbot, window):
+    """A bug's own words (numpy's "cannot reshape array ...") go to the log, not into the message box."""
+
+    def broken():
+        raise ValueError("cannot reshape array of size 33472320 into shape (262144,680)")
+
+    window.worker._run("verify", broken)
+    text = wait_message(qtbot, window, "verify failed")
+    assert "internal error (ValueError), a kvgraft bug" in text and "reshape" not in text
+    assert window.client.thread.isRunning()  # the engine thread goes on
+
+
 def test_verify_selected_with_progress(qtbot, window, tiny_pack):
     drop(window, [tiny_pack])
     wait_message(qtbot, window, "Import")
@@ -180,6 +192,9 @@ def test_verify_selected_with_progress(qtbot, window, tiny_pack):
     assert "every check that ran passed" in wait_message(qtbot, window, "Verify")
     assert ("verify", 2, 2) in seen
     qtbot.waitUntil(lambda: window.progress.format() == "verify 2/2")  # the window's bar followed
+    window.table.selectRow(0)
+    detail = window.library_panel.detail.view.toPlainText()
+    assert "last checked" in detail and "every check passed (Verify selected)" in detail  # not "never"
 
 
 def test_settings_persist_in_the_data_dir(qtbot, engine, qsettings, kvgraft_home):

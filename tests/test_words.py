@@ -17,3 +17,31 @@ def test_check_and_repair_says_what_its_count_holds_beside_the_library_table():
     assert RepairReport({**report, "entries": 1, "listed": 1, "blobs_on_disk": 1}).lines()[-1] == (
         "1 entry in the index, 1 blob: ok"
     )
+
+
+def test_the_cli_counts_in_words_too():
+    """No count in the CLI's or the maintenance words is put before a fixed plural ("1 entries")."""
+    import re
+    from pathlib import Path
+
+    import kvgraft
+
+    root = Path(kvgraft.__file__).resolve().parent / "app"
+    fixed = re.compile(r"\{[^{}]+\} (entries|threads|turns|blobs|manifests|packs)\b")
+    found = [
+        f"{p.relative_to(root)}: {m.group(0)}"
+        for p in sorted(root.rglob("*.py"))
+        for m in fixed.finditer(p.read_text())
+        if "n_threads" not in m.group(0)  # "2 threads" of the engine's settings is a setting, not a count
+    ]
+    assert found == []
+
+
+def test_kvgraft_stats_says_it_in_words():
+    from click.testing import CliRunner
+
+    from kvgraft.entry import cli
+
+    r = CliRunner().invoke(cli, ["stats"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("0 entries, 0 blobs, ")

@@ -27,7 +27,13 @@ def detail_html(lib, entry_id: int, fingerprint: str | None) -> str:
         ("vouched for by", e.vouched_by or ("nobody: the answer is stated, not verified" if e.answer else "-")),
         ("checker", e.checker or "-"),
         ("created", e.created_at),
-        ("last verified", e.verified_at or "never"),
+        ("answer vouched for", e.verified_at or "-"),
+        (
+            "last checked",
+            f"{e.checked_at}: {'every check passed' if e.check_ok else 'a check FAILED'} (Verify selected)"
+            if e.checked_at
+            else "never (Verify selected checks it)",
+        ),
         ("blob", f"{e.blob_sha256} ({e.blob_size:,} bytes)"),
         ("tokens SHA-256", e.tokens_sha256),
         (

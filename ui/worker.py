@@ -135,6 +135,12 @@ class EngineWorker(QObject, WorkerOps, RemoteOps):
             return
         if isinstance(event, Cancelled):
             self.failed.emit(event.job, "cancelled")
+        elif isinstance(event, Errored) and event.code == "internal":  # a bug: its words are for the log
+            self.failed.emit(
+                event.job,
+                f"{event.job} stopped on an internal error ({event.kind}), a kvgraft bug; its traceback is in "
+                "the log on stderr (`kvgraft -v app` shows more)",
+            )
         elif isinstance(event, Errored):
             self.failed.emit(event.job, event.message)
         self.busy.emit(False)

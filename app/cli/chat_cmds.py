@@ -10,6 +10,7 @@ import click
 from kvgraft.app.answer.chat import DEFAULT_MAX_TOKENS, ChatService, thread_listing, thread_view
 from kvgraft.app.cli.common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors
 from kvgraft.app.core.errors import Cancelled
+from kvgraft.app.core.words import counted
 from kvgraft.app.service import LibraryService, open_library
 
 
@@ -151,7 +152,7 @@ def chat_list(as_json) -> None:
     for r in rows:
         fork = f", fork of #{r['forked_from']}" if r["forked_from"] else ""
         click.echo(
-            f"#{r['thread']}  {r['turns']} turns, {r['tokens']:,} tokens, {r['session_bytes']:,} B{fork}  "
+            f"#{r['thread']}  {counted(r['turns'], 'turn')}, {r['tokens']:,} tokens, {r['session_bytes']:,} B{fork}  "
             f"{r['title'] or ''}"
         )
 

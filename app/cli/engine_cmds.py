@@ -7,6 +7,7 @@ import sys
 import click
 
 from kvgraft.app.cli.common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors
+from kvgraft.app.core.words import counted
 from kvgraft.app.maintain.doctor import doctor_report
 from kvgraft.app.maintain.graft_checks import check_words, record_selftest
 from kvgraft.app.maintain.selftest import run_selftest, summary_line
@@ -58,7 +59,7 @@ def doctor(state, as_json: bool) -> None:
         f"batch-invariant   {invariance_words(report.batch_invariance)}",
         "to migrate        "
         + (
-            f"{report.to_migrate:,} entries made under this engine's earlier fingerprint (kvgraft migrate)"
+            f"{counted(report.to_migrate, 'entry')} made under this engine's earlier fingerprint (kvgraft migrate)"
             if report.to_migrate
             else "nothing"
         ),

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from kvgraft.app.cli.common import cli_home, emit_json, handle_errors
+from kvgraft.app.core.words import counted
 from kvgraft.app.packs.trust import keys_dir, trust_store
 from kvgraft.app.service import open_library
 from kvgraft.library.signing import generate_key, public_identity
@@ -89,5 +90,9 @@ def untrust(key_id: str) -> None:
         n = lib.revoke_signer(key_id)
     click.echo(
         f"no longer trusted: {key_id}"
-        + (f"; {n} entries it signed are unproven now (kvgraft verify --library --replay can prove them)" if n else "")
+        + (
+            f"; {counted(n, 'entry')} it signed: unproven now (kvgraft verify --library --replay can prove them)"
+            if n
+            else ""
+        )
     )

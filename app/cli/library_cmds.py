@@ -16,6 +16,7 @@ from kvgraft.app.cli.common import (
     stage_progress,
 )
 from kvgraft.app.cli.deposit_cmd import deposit
+from kvgraft.app.core.words import counted
 from kvgraft.app.maintain.disk import remove_entries
 from kvgraft.app.maintain.repair import check_library
 from kvgraft.app.packs.trust import signer_words, trust_store
@@ -199,7 +200,7 @@ def rm(entry_ids, files) -> None:
             )
         more = free_blobs(lib) if files else {"removed_bytes": 0, "removed_blobs": 0}
         freed = {k: out[k] + more[k] for k in ("removed_bytes", "removed_blobs")}
-        click.echo(f"disk given back: {freed['removed_bytes']:,} bytes ({freed['removed_blobs']} blobs)")
+        click.echo(f"disk given back: {freed['removed_bytes']:,} bytes ({counted(freed['removed_blobs'], 'blob')})")
 
 
 @click.command()
@@ -214,7 +215,7 @@ def gc(as_json) -> None:
         emit_json(res)
     else:
         click.echo(
-            f"removed {res['removed_sessions']} older thread states, {res['removed_blobs']} blobs "
+            f"removed {res['removed_sessions']} older thread states, {counted(res['removed_blobs'], 'blob')} "
             f"({res['removed_bytes'] / 1e6:.1f} MB), "
             f"{res['removed_temp_files']} temp files, {res['removed_pending']} stale pending records"
         )
@@ -272,7 +273,8 @@ def stats(n_ctx, as_json) -> None:
         bpt = f"{res['bytes_per_token']:,.0f}" if res["bytes_per_token"] else "-"
         cbpt = f"{res['canonical_bytes_per_token']:,.0f}" if res["canonical_bytes_per_token"] else "-"
         click.echo(
-            f"{res['entries']:,} entries, {res['blobs']:,} blobs, {res['bytes'] / 1e6:,.1f} MB on disk, "
+            f"{counted(res['entries'], 'entry')}, {counted(res['blobs'], 'blob')}, "
+            f"{res['bytes'] / 1e6:,.1f} MB on disk, "
             f"{res['tokens']:,} tokens stored\n"
             f"bytes per stored token: {bpt} on disk ({cbpt} uncompacted)\n"
             f"usable context: {res['context_multiple']:,.2f} x n_ctx {n_ctx:,}"
@@ -283,7 +285,8 @@ def stats(n_ctx, as_json) -> None:
                 else ""
             )
             + (
-                f"\n{res['uncompacted_blobs']} blobs from before compaction (run kvgraft fsck --repair to compact them)"
+                f"\n{counted(res['uncompacted_blobs'], 'blob')} from before compaction "
+                "(run kvgraft fsck --repair to compact them)"
                 if res["uncompacted_blobs"]
                 else ""
             )
@@ -317,7 +320,8 @@ def migrate(state, limit, as_json) -> None:
         click.echo("nothing to migrate: no entry of this model is under this engine's earlier fingerprint")
     else:
         click.echo(
-            f"{len(report.moved):,} of {report.pending:,} entries moved onto this engine ({len(report.same_bits):,} "
+            f"{len(report.moved):,} of {counted(report.pending, 'entry')} moved onto this engine "
+            f"({len(report.same_bits):,} "
             f"kept their bits, {len(report.moved) - len(report.same_bits):,} were computed again); {report.left:,} left"
         )
         for eid, why in report.refused.items():

@@ -9,6 +9,7 @@ import click
 
 from kvgraft.app.cli.common import EXIT_INPUT, cli_home, emit_json, engine_options, handle_errors, stage_progress
 from kvgraft.app.cli.keys_cmds import resolve_key
+from kvgraft.app.core.words import counted
 from kvgraft.app.ingest.import_files import Refusal, import_files
 from kvgraft.app.packs.export import build_pack, export_pack
 from kvgraft.app.packs.results import PackImport
@@ -46,7 +47,8 @@ def export(entry_ids, output, query, all_, sign, as_json) -> None:
         emit_json(res.as_dict())
     else:
         click.echo(
-            f"wrote {res.file}: {res.entries} entries, {res.blobs} blobs, {res.bytes / 1e6:.1f} MB, "
+            f"wrote {res.file}: {counted(res.entries, 'entry')}, {counted(res.blobs, 'blob')}, "
+            f"{res.bytes / 1e6:.1f} MB, "
             f"sha256 {res.sha256}" + (f", signed by {res.signed_by}" if res.signed_by else ", unsigned")
         )
 
@@ -135,12 +137,12 @@ def build(state, problems, output, as_json) -> None:
     if as_json:
         emit_json(res.as_dict())
     else:
-        click.echo(f"built {res.file}: {res.entries} entries, {res.bytes / 1e6:.1f} MB, sha256 {res.sha256}")
+        click.echo(f"built {res.file}: {counted(res.entries, 'entry')}, {res.bytes / 1e6:.1f} MB, sha256 {res.sha256}")
 
 
 def pack_import_line(file: str, res: PackImport) -> str:
     return (
-        f"imported {file}: {res.imported} entries"
+        f"imported {file}: {counted(res.imported, 'entry')}"
         + (f", {res.skipped} already present" if res.skipped else "")
         + (f" ({res.rebuilt} rebuilt here)" if res.rebuilt else "")
         + (
@@ -155,12 +157,13 @@ def pack_proof_lines(res: PackImport) -> list[str]:
     lines = []
     if res.replayed:
         lines.append(
-            f"  proof: {res.replayed} entries replayed here ({res.replay_tokens:,} tokens prefilled in "
+            f"  proof: {counted(res.replayed, 'entry')} replayed here ({res.replay_tokens:,} tokens prefilled in "
             f"{res.replay_s:.1f} s), each reproduced its blob's SHA-256"
         )
     if res.unproven:
         lines.append(
-            f"  {res.unproven} entries unproven (never grafted; kvgraft verify --library --replay proves them)"
+            f"  {counted(res.unproven, 'entry')} unproven "
+            "(never grafted; kvgraft verify --library --replay proves them)"
         )
     return lines
 

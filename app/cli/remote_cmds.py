@@ -8,6 +8,7 @@ import click
 
 from kvgraft.app.cli.common import EXIT_INPUT, cli_home, emit_json, engine_options, handle_errors, stage_progress
 from kvgraft.app.cli.keys_cmds import resolve_key
+from kvgraft.app.core.words import counted
 from kvgraft.app.remote.manage import add_checked, forget, pull_named, push_named, remotes
 from kvgraft.app.service import LibraryService, open_library
 
@@ -88,13 +89,13 @@ def push(name, entry_ids, all_, query, sign, as_json) -> None:
         emit_json(res.as_dict())
         return
     click.echo(
-        f"pushed {res.pushed} entries to {name} ({res.bytes / 1e6:.1f} MB of blobs sent)"
+        f"pushed {counted(res.pushed, 'entry')} to {name} ({res.bytes / 1e6:.1f} MB of blobs sent)"
         + (f", {res.skipped} already there" if res.skipped else "")
-        + (f", {len(res.manifests)} manifests" if res.manifests else "")
+        + (f", {counted(len(res.manifests), 'manifest')}" if res.manifests else "")
         + (", signed" if key and res.manifests else "")
     )
     if res.recovered:
-        click.echo(f"published {len(res.recovered)} manifests a stopped push had left unpublished")
+        click.echo(f"published {counted(len(res.recovered), 'manifest')} a stopped push had left unpublished")
     for n in res.not_pushable:
         click.echo(f"left out entry {n['entry']}: {n['reason']}", err=True)
 
@@ -122,7 +123,7 @@ def pull(state, name, require_signed, as_json) -> None:
     else:
         how = ", ".join(f"{n} {p}" for p, n in sorted(res.proof.items()))
         click.echo(
-            f"pulled {res.imported} entries from {name} ({res.bytes / 1e6:.1f} MB)"
+            f"pulled {counted(res.imported, 'entry')} from {name} ({res.bytes / 1e6:.1f} MB)"
             + (f" [{how}]" if how else "")
             + (f", {res.skipped} already here" if res.skipped else "")
             + (f", {len(res.refused)} refused" if res.refused else "")

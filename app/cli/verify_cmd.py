@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from kvgraft.app.cli.common import EXIT_CHECK_FAILED, cli_home, emit_json, engine_options, handle_errors, stage_progress
+from kvgraft.app.core.words import counted
 from kvgraft.app.remote.manage import verify_named
 from kvgraft.app.service import LibraryService, open_library
 from kvgraft.app.verify.batch import recheck_receipts, verify_targets
@@ -127,7 +128,7 @@ def verify(state, packs, use_library, remote_name, replay, samples, receipts, ch
                 parts.append(f"answer {c['answer']['decoded']!r} " + ("ok" if c["answer"]["ok"] else "WRONG"))
             click.echo(f"{r['ref']:<28} " + ", ".join(parts))
         click.echo(
-            f"{out['entries']} entries: "
+            f"{counted(out['entries'], 'entry')}: "
             + ("all checks passed" if out["ok"] else f"{len(out['failures'])} failures")
             + (f"; receipts in {receipts} (sha256 {receipts_sha256(out)[:16]}...)" if receipts else "")
         )
@@ -143,7 +144,8 @@ def _verify_remote(name: str, as_json: bool) -> None:
     else:
         signed = ", ".join(f"{n} signed by {k}" for k, n in res.signed.items())
         click.echo(
-            f"remote {name}: {res.manifests} manifests, {res.entries} entries, {res.blobs} blobs "
+            f"remote {name}: {counted(res.manifests, 'manifest')}, {counted(res.entries, 'entry')}, "
+            f"{counted(res.blobs, 'blob')} "
             f"({res.bytes / 1e6:.1f} MB)" + (f"; {signed}" if signed else "")
         )
         for n in res.notes:

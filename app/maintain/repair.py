@@ -48,7 +48,7 @@ class RepairReport:
         )
         if r["uncompacted"]:
             out.append(
-                f"{r['uncompacted']} blobs from before compaction ("
+                f"{counted(r['uncompacted'], 'blob')} from before compaction ("
                 + (
                     "their model file is not here"
                     if r.get("compacted") is not None
@@ -69,7 +69,7 @@ def check_library(
     if compacted is not None:
         res["compacted"] = compacted
         res["repaired"].append(
-            f"compacted {compacted['converted']} blobs from before compaction: "
+            f"compacted {counted(compacted['converted'], 'blob')} from before compaction: "
             f"{compacted['bytes_before'] / 1e6:,.1f} MB -> {compacted['bytes_after'] / 1e6:,.1f} MB"
         )
         for sk in compacted["skipped"]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from kvgraft.app.core.progress import Progress, no_progress
+from kvgraft.app.core.words import counted
 from kvgraft.app.remote import WORKERS, in_order
 from kvgraft.app.remote.push import manifest_keys
 from kvgraft.library import container
@@ -131,7 +132,7 @@ def verify_remote(
         out.notes.append(
             {
                 "object": f"{repo.spec.prefix}blobs/sha256/",
-                "note": f"{len(unnamed)} blobs no manifest names (a stopped push)",
+                "note": f"{counted(len(unnamed), 'blob')} no manifest names (a stopped push)",
             }
         )
     return out

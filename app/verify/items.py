@@ -298,6 +298,8 @@ def run_verify(
         res = verify_item(service, item, replay, samples)
         if record_proof(service, item, res):
             proven.append(item.ref)
+        if item.entry_id is not None:
+            service.library.record_check(item.entry_id, not res["failures"])
         results.append(res)
         progress("verify", i + 1, len(items))
     failures = [{"entry": r["ref"], "check": f} for r in results for f in r["failures"]]
