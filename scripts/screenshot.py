@@ -5,11 +5,20 @@ Uses a temporary KVGRAFT_HOME and QSettings file: deposits a few of the starter 
 document through the real engine, asks one question (docs/screenshot-ask.png), starts a thread
 from the document, resumes it and checks its second turn (the conversation view: docs/screenshot.png),
 then grabs the Library tab with an entry opened (docs/screenshot-library.png).
+
+Then two states a new user meets (docs/screenshot-models.png, docs/screenshot-rebuild.png):
+- the model picker open with the known 1.5B model listed and its Download in progress. The model cache
+  is a temporary one (the model is not fetched there) and the index a local stand-in on loopback that
+  lists the real pinned wheels and serves zeros slowly; the download is cancelled before a wheel ends,
+  so its SHA-256 check, which would refuse those bytes, is never reached, and nothing is kept;
+- the Ask tab answering fresh while a document made with flash attention on holds the answer: it names
+  the document and offers "Rebuild 1 entry for these settings".
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -83,8 +92,118 @@ def main() -> None:
     win.table.selectRow(0)
     app.processEvents()
     win.grab().save(str(out / "screenshot-library.png"))
+    shot_rebuild(app, win, engine, wait, out / "screenshot-rebuild.png")
+    shot_models(app, win, wait, out / "screenshot-models.png")
     win.close()
-    print(f"wrote {out / 'screenshot.png'} and {out / 'screenshot-library.png'}")
+    print(f"wrote {out / 'screenshot.png'}, screenshot-ask.png, screenshot-library.png, screenshot-models.png")
+    print(f"and {out / 'screenshot-rebuild.png'}")
+
+
+def stand_in_index(model):
+    """A loopback index listing `model`'s pinned wheels (its own pins as their hashes), serving zeros at
+    about 2 MB/s: bytes a download shows progress on and would refuse at the wheel's SHA-256 check."""
+    import http.server
+    import json
+    import threading
+
+    pages = {
+        c.dist: {
+            "files": [
+                {
+                    "filename": c.wheel(model.version),
+                    "url": f"/files/{c.wheel(model.version)}",
+                    "hashes": {"sha256": c.wheel_sha256},
+                    "size": c.wheel_size,
+                }
+            ]
+        }
+        for c in model.chunks
+    }
+    sizes = {c.wheel(model.version): c.wheel_size for c in model.chunks}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):  # noqa: N802
+            parts = self.path.strip("/").split("/")
+            if parts[0] == "simple" and parts[-1] in pages:
+                body = json.dumps(pages[parts[-1]]).encode()
+            elif parts[0] == "files" and parts[-1] in sizes:
+                body = None
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body) if body is not None else sizes[parts[-1]]))
+            self.end_headers()
+            if body is not None:
+                self.wfile.write(body)
+                return
+            try:
+                for _ in range(sizes[parts[-1]] // 65536):
+                    self.wfile.write(bytes(65536))
+                    time.sleep(0.03)
+            except OSError:  # the download was cancelled
+                pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def shot_models(app, win, wait, path: Path) -> None:
+    from PySide6.QtGui import QPainter
+
+    from kvgraft.app.core.model_registry import known_models
+
+    model = known_models()[0]
+    os.environ["KVGRAFT_MODEL_DIR"] = tempfile.mkdtemp(prefix="kvgraft-shot-models-")
+    server = stand_in_index(model)
+    os.environ["KVGRAFT_INDEX_URL"] = f"http://127.0.0.1:{server.server_address[1]}/simple"
+    win.confirm = lambda title, text: title == "Download model"
+    win.refresh_picker()
+    win.download_model(model.name)
+    wait(lambda: win.downloads.active.get(model.name, (0, 1))[0] > 25 << 20, timeout=60)
+    app.processEvents()
+    win.tabs.setCurrentWidget(win.chat)
+    win.model_picker.showPopup()
+    app.processEvents()
+    image = win.grab().toImage()
+    popup = win.model_picker.view().window()
+    # drawn opening upward from the picker, as Qt opens it at a screen's bottom edge
+    picker_top = win.model_picker.mapTo(win, win.model_picker.rect().topLeft())
+    painter = QPainter(image)
+    painter.drawPixmap(picker_top.x(), picker_top.y() - popup.height(), popup.grab())
+    painter.end()
+    image.save(str(path))
+    win.model_picker.hidePopup()
+    win.downloads.cancel()
+    wait(lambda: not win.downloads.active)
+    server.shutdown()
+    os.environ.pop("KVGRAFT_INDEX_URL")
+    shutil.rmtree(os.environ["KVGRAFT_MODEL_DIR"], ignore_errors=True)  # the stand-in bytes go
+
+
+def shot_rebuild(app, win, engine, wait, path: Path) -> None:
+    with open_library() as lib:
+        made_fa = LibraryService(engine.with_config(engine.config.replace(flash_attn=True)), lib)
+        made_fa.deposit(
+            "Survey notes on Quorvane\n\n"
+            + synthetic_text(120, seed=51)
+            + "\n\nThe lighthouse keeper of Quorvane is Adela Mirrow.\n\n"
+            + synthetic_text(120, seed=52),
+            title="Survey notes on Quorvane",
+        )
+    win.refresh_library()
+    answers = []
+    win.worker.answered.connect(answers.append)
+    win.question.setText("Who is the lighthouse keeper of Quorvane?")
+    win.ask()
+    wait(lambda: bool(answers))
+    win.tabs.setCurrentWidget(win.answer_panel)
+    app.processEvents()
+    win.grab().save(str(path))
 
 
 if __name__ == "__main__":
