@@ -31,16 +31,16 @@ def status_bar(win: QMainWindow) -> list[str]:
         if not _shown(w) or w.parentWidget() is None:
             continue
         if isinstance(w, QLabel) and not w.wordWrap() and w.text():
-            need = w.fontMetrics().horizontalAdvance(w.text()) + w.contentsMargins().left() + w.contentsMargins().right()
+            margins = w.contentsMargins()
+            need = w.fontMetrics().horizontalAdvance(w.text()) + margins.left() + margins.right()
             if w.width() < need:
                 out.append(f"status bar label {w.text()!r}: {w.width()} px of {need}")
         elif isinstance(w, QProgressBar) and w.isTextVisible() and w.text():
             need = w.fontMetrics().horizontalAdvance(w.text()) + PAD
             if w.width() < need:
                 out.append(f"status bar progress {w.text()!r}: {w.width()} px of {need}")
-        elif isinstance(w, (QAbstractButton, QComboBox)):
-            if w.width() < w.minimumSizeHint().width():
-                out.append(f"status bar {type(w).__name__} {_text(w)!r}: {w.width()} px of {w.minimumSizeHint().width()}")
+        elif isinstance(w, (QAbstractButton, QComboBox)) and w.width() < (least := w.minimumSizeHint().width()):
+            out.append(f"status bar {type(w).__name__} {_text(w)!r}: {w.width()} px of {least}")
         right = w.mapTo(win, w.rect().topRight()).x()
         if right > win.width():
             out.append(f"status bar {type(w).__name__} {_text(w)!r}: ends {right - win.width()} px past the window")

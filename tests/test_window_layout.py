@@ -54,4 +54,3 @@ def test_no_text_is_cut_at_either_size(qtbot, window, tmp_path):
     window.model_label.setMaximumWidth(60)  # the check fails on a label squeezed on purpose
     qtbot.wait(50)
     assert any(x.startswith("status bar label 'CPU - n_ctx") for x in status_bar(window))
-
