@@ -370,7 +370,7 @@ def test_cli_fsck_repair_compacts_with_the_window_from_the_gguf(service, engine)
     service.library.close()  # the CLI opens the library itself
     run = CliRunner().invoke
     r = run(cli, ["fsck"])
-    assert r.exit_code == 0 and "1 blobs from before compaction (run kvgraft fsck --repair" in r.stdout, r.output
+    assert r.exit_code == 0 and "1 blob from before compaction (run kvgraft fsck --repair" in r.stdout, r.output
     assert json.loads(run(cli, ["stats", "--json"]).stdout)["uncompacted_blobs"] == 1
     r = run(cli, ["fsck", "--repair", "--json"])
     assert r.exit_code == 0, r.output

@@ -127,7 +127,7 @@ def test_cli_library_contracts(engine, monkeypatch, tmp_path):
     gone = run(cli, ["rm", str(dep["id"] + 2)])
     after = json.loads(run(cli, ["stats", "--json"]).stdout)
     assert after["entries"] == before["entries"] - 1 and after["blobs"] == before["blobs"] - 1 == 0
-    assert before["bytes"] > 0 and f"disk given back: {before['bytes']:,} bytes (1 blobs)" in gone.stdout
+    assert before["bytes"] > 0 and f"disk given back: {before['bytes']:,} bytes (1 blob)" in gone.stdout
     with open_library() as lib:
         assert list(lib.blobs.iter_shas()) == []
     assert run(cli, ["rm", "999"]).exit_code == 3

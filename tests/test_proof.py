@@ -106,7 +106,7 @@ def test_poisoned_pack_kept_unproven_is_answered_fresh(packs, run):
 def test_good_pack_proves_out_and_is_grafted(packs, run):
     r = run(cli, ["import", str(packs / "good.kvpack")])
     assert r.exit_code == 0, r.output
-    assert "1 entries replayed here" in r.stdout
+    assert "1 entry replayed here" in r.stdout
     [entry] = json.loads(run(cli, ["list", "--json", "--check"]).stdout)
     assert entry["proof"] == "replayed" and entry["graftable"] is True
     a = json.loads(run(cli, ["ask", QUESTION, "--context", str(packs / "good.txt"), "--budget", "16", "--json"]).stdout)
@@ -176,7 +176,7 @@ def test_signed_pack_from_trusted_key_grafts_without_replay(engine, run, tmp_pat
     # no longer trusted: what the key proved is unproven again, and its vouching is gone
     key_id = run(cli, ["keys", "list"]).stdout.split("trusted  ")[1].split()[0]
     r = run(cli, ["keys", "untrust", key_id])
-    assert r.exit_code == 0 and "2 entries it signed are unproven now" in r.stdout
+    assert r.exit_code == 0 and "2 entries it signed: unproven now" in r.stdout
     entry = json.loads(run(cli, ["list", "--json", "--check"]).stdout)[0]
     assert entry["proof"] == "unproven" and entry["graftable"] is False and entry["verified"] is False
 

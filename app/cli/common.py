@@ -145,7 +145,10 @@ def engine_options(f):
         if model is not None:
             settings = replace(settings, model=None if str(model) == "embedded" else model)
         if n_ubatch is not None or n_batch is not None:
-            settings = replace(settings, n_ubatch=min(n_ubatch or base.n_ubatch, settings.n_batch))
+            # given: as given (the engine refuses one past the batch); else the saved one, at most the batch
+            settings = replace(
+                settings, n_ubatch=n_ubatch if n_ubatch is not None else min(base.n_ubatch, settings.n_batch)
+            )
         return f(*args, state=CliState(settings), **kwargs)
 
     return wrapper
