@@ -83,12 +83,13 @@ class PromptCacheRecords:
         out.sort(key=lambda c: (-c[1], c[0].n_tokens))
         return out
 
-    def add_cache_state(self, block: int, **entry) -> tuple[Entry, bool]:
+    def add_cache_state(self, block: int, proof: str = LOCAL, **entry) -> tuple[Entry, bool]:
         """Store an automatic state (the keywords are `stage_entry`'s, kind `cache`) and its cache row
         in one transaction; the same tokens again only mark it used. A state made without a schedule
-        (block 0) is also keyed at every GRAIN tokens and one short of its end (`cache_candidates`)."""
+        (block 0) is also keyed at every GRAIN tokens and one short of its end (`cache_candidates`).
+        `proof`: local (computed here), or signed:<name> (a fleet's state, app/serve/shared_cache.py)."""
         with staged(self.lib) as staging:
-            existing, pending = self.lib.stage_entry(staging, kind=CACHE, proof=LOCAL, **entry)
+            existing, pending = self.lib.stage_entry(staging, kind=CACHE, proof=proof, **entry)
             if existing is not None:
                 self.touch_cache_state(existing.id)
                 self.attach_pins(existing.id, entry["tokens"], entry["fingerprint"])

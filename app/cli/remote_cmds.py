@@ -9,7 +9,7 @@ import click
 from kvgraft.app.cli.common import EXIT_INPUT, cli_home, emit_json, engine_options, handle_errors, stage_progress
 from kvgraft.app.cli.keys_cmds import resolve_key
 from kvgraft.app.core.words import counted
-from kvgraft.app.remote.manage import add_checked, forget, pull_named, push_named, remotes
+from kvgraft.app.remote.manage import add_checked, forget, gc_cache_named, pull_named, push_named, remotes
 from kvgraft.app.service import LibraryService, open_library
 
 
@@ -132,6 +132,55 @@ def pull(state, name, require_signed, as_json) -> None:
             click.echo(f"refused {r['entry']}: {r['reason']}", err=True)
     if res.refused:
         sys.exit(EXIT_INPUT)
+
+
+@remote.command(name="gc")
+@click.argument("name")
+@click.option(
+    "--cache-older-than",
+    "older",
+    default="7d",
+    show_default=True,
+    metavar="AGE",
+    help="Remove the fleet's cache records written longer ago than AGE (e.g. 7d, 12h, 30m).",
+)
+@click.option(
+    "--grace",
+    default="1h",
+    show_default=True,
+    metavar="AGE",
+    help="Keep a blob nothing names while it is younger than AGE (an upload writes its blob before its record).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
+@handle_errors
+def remote_gc(name, older, grace, as_json) -> None:
+    """Remove a fleet's old shared-cache states from remote NAME (`kvgraft serve --remote`): records older
+    than --cache-older-than, then blobs no record and no manifest names. Knowledge entries' blobs are never
+    removed; safe beside instances uploading (docs/remote-format.md)."""
+    try:
+        older_s, grace_s = parse_age(older), parse_age(grace)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    with open_library(cli_home()) as lib:
+        out = gc_cache_named(lib, name, older_s, grace_s)
+    if as_json:
+        emit_json(out)
+    else:
+        click.echo(
+            f"remote {name}: {counted(out['records_removed'], 'cache record')} and "
+            f"{counted(out['blobs_removed'], 'blob')} removed; {counted(out['blobs_in_grace'], 'blob')} "
+            "nothing names kept for their grace period"
+        )
+
+
+def parse_age(text: str) -> float:
+    """ "7d", "12h", "30m", "45s" (or a number of seconds) as seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    t = text.strip().lower()
+    try:
+        return float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an age: a number with s, m, h or d (e.g. 7d)") from None
 
 
 COMMANDS = [remote, push, pull]

@@ -1,7 +1,8 @@
 """`kvgraft verify --remote NAME`: check a remote in place, with no model loaded.
 
 Every manifest in the bucket (published in the index or not) must hash to its name, parse, and,
-when signed, carry a signature that verifies; every blob a manifest names must be present at its
+when signed, carry a signature that verifies; every cache record (a fleet's shared prompt cache) must
+parse, be signed and lie at its own key; every blob a manifest or a record names must be present at its
 declared size and its canonical bytes must hash to its name; every manifest the index publishes
 must exist. Problems fail the check. A manifest the index does not publish yet (a push stopped
 before it published it: the next push does) and a blob no manifest names (a push stopped before
@@ -19,6 +20,7 @@ from kvgraft.app.remote.push import manifest_keys
 from kvgraft.library import container
 from kvgraft.library.errors import BlobCorrupt, BlobMissing
 from kvgraft.library.remote import MANIFEST_ERRORS, RemoteRepo
+from kvgraft.library.remote_cache import RecordError, RemoteCacheStore, read_record
 from kvgraft.library.signing import SigningError, TrustStore
 
 MAX_BLOB = 8 << 30  # no state this kvgraft makes is near it; a larger declaration is refused unread
@@ -30,6 +32,7 @@ class RemoteCheck:
     manifests: int = 0
     entries: int = 0
     blobs: int = 0
+    cache_records: int = 0  # a fleet's shared cache states (library/remote_cache.py)
     bytes: int = 0
     signed: dict = field(default_factory=dict)  # key id -> manifests it signed
     problems: list[dict] = field(default_factory=list)  # [{"object", "problem"}]
@@ -46,6 +49,7 @@ class RemoteCheck:
             "manifests": self.manifests,
             "entries": self.entries,
             "blobs": self.blobs,
+            "cache_records": self.cache_records,
             "bytes": self.bytes,
             "signed": self.signed,
             "problems": self.problems,
@@ -97,6 +101,7 @@ def verify_remote(
                     }
                 )
     progress("manifests", len(in_bucket), len(in_bucket))
+    _check_cache_records(repo, out, named)
 
     def one(item):
         sha, (stored, size) = item
@@ -132,7 +137,31 @@ def verify_remote(
         out.notes.append(
             {
                 "object": f"{repo.spec.prefix}blobs/sha256/",
-                "note": f"{counted(len(unnamed), 'blob')} no manifest names (a stopped push)",
+                "note": f"{counted(len(unnamed), 'blob')} no manifest or cache record names (a stopped push)",
             }
         )
     return out
+
+
+def _check_cache_records(repo: RemoteRepo, out: RemoteCheck, named: dict) -> None:
+    """Every cache record parses and is signed, and names a blob checked as a manifest's are (a record is
+    written after its blob: one naming a blob the bucket lacks is a problem)."""
+    store = RemoteCacheStore(repo.spec, repo.blobs.client)
+    for key, _ in store.records():
+        raw = store.get_record(key)
+        if raw is None:  # removed meanwhile (a gc)
+            continue
+        try:
+            record, _signer = read_record(raw)
+        except RecordError as exc:
+            out.problems.append({"object": store.record_key(key), "problem": str(exc)})
+            continue
+        if record.key != key:
+            out.problems.append({"object": store.record_key(key), "problem": "lies at another key than its own"})
+            continue
+        out.cache_records += 1
+        declared = (record.stored_size, record.blob_size)
+        if named.setdefault(record.blob_sha256, declared) != declared:
+            out.problems.append(
+                {"object": store.record_key(key), "problem": "declares its blob at sizes another entry contradicts"}
+            )

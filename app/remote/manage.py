@@ -10,8 +10,9 @@ from kvgraft.app.remote.check import RemoteCheck, verify_remote
 from kvgraft.app.remote.pull import PullResult, pull
 from kvgraft.app.remote.push import PushResult, push, why_not_pushable
 from kvgraft.app.service import LibraryService
-from kvgraft.library.errors import LibraryError
-from kvgraft.library.remote import RemoteRepo, RemoteSpec, parse_url
+from kvgraft.library.errors import LibraryError, RemoteError
+from kvgraft.library.remote import MANIFEST_ERRORS, RemoteRepo, RemoteSpec, parse_url
+from kvgraft.library.remote_cache import RemoteCacheStore, gc_cache
 
 
 def spec_dict(s: RemoteSpec) -> dict:
@@ -65,3 +66,23 @@ def pull_named(
 
 def verify_named(lib, name: str, progress: Progress = no_progress) -> RemoteCheck:
     return verify_remote(RemoteRepo(lib.remotes.get(name)), trust_store(lib.root), progress=progress)
+
+
+def gc_cache_named(lib, name: str, older_than_s: float, grace_s: float) -> dict:
+    """`kvgraft remote gc NAME`: a fleet's cache records older than `older_than_s` removed, then the blobs
+    nothing names (library/remote_cache.py `gc_cache`). Every manifest is read first: its blobs are never
+    removed, and a manifest that cannot be read stops the gc before anything is deleted."""
+    repo = RemoteRepo(lib.remotes.get(name))
+    knowledge: set[str] = set()
+    for sha in repo.manifest_shas():
+        try:
+            _, m, _ = repo.read_manifest(sha)
+        except MANIFEST_ERRORS as exc:
+            raise RemoteError(
+                f"remote {name!r}: manifest {sha[:16]}... cannot be read ({exc}): nothing removed"
+            ) from exc
+        knowledge |= {e.blob_sha256 for e in m.entries}
+    return {
+        "remote": name,
+        **gc_cache(RemoteCacheStore(repo.spec, repo.blobs.client), knowledge, older_than_s, grace_s),
+    }

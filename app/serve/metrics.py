@@ -56,8 +56,35 @@ class Metrics:
         yield counter("kvgraft_graft_seconds", "Time spent grafting", c and c.graft_s)
         yield counter("kvgraft_prefill_seconds", "Time spent prefilling prompts", c and c.prefill_s)
         yield GaugeMetricFamily("kvgraft_queue_depth", "Requests waiting or running", value=self.worker.depth)
+        yield from remote_metrics(cache.remote if cache is not None else None)
         n, size = (0, 0)
         if cache is not None:
             n, size = cache.last_size
         yield GaugeMetricFamily("kvgraft_cache_states", "Automatic states in the library", value=n)
         yield GaugeMetricFamily("kvgraft_cache_bytes", "Bytes of automatic states' blobs", value=size)
+
+
+def remote_metrics(shared):
+    """The fleet's shared cache (`serve --remote`): lookups, hits, what was refused and why, uploads."""
+    if shared is None:
+        return
+    r = shared.counters
+    for name, doc, value in (
+        ("lookups", "Prompts looked up on the remote", r.lookups),
+        ("hits", "States fetched from the remote and grafted", r.hits),
+        ("misses", "Lookups that found no state to graft", r.misses),
+        ("lookup_timeouts", "Lookups past their deadline (prefilled here)", r.lookup_timeouts),
+        ("fetch_skipped_slow", "States found but slower to fetch than to prefill", r.fetch_skipped_slow),
+        ("fetch_timeouts", "Fetches past their deadline (prefilled here)", r.fetch_timeouts),
+        ("uploaded", "States uploaded", r.uploaded),
+        ("upload_dropped", "States not uploaded: the upload queue was full", r.upload_dropped),
+        ("upload_failed", "Uploads that failed", r.upload_failed),
+        ("bytes_fetched", "Bytes fetched from the remote", r.bytes_fetched),
+        ("bytes_uploaded", "Bytes uploaded to the remote", r.bytes_uploaded),
+        ("fetch_seconds", "Time spent fetching states", r.fetch_s),
+    ):
+        yield CounterMetricFamily(f"kvgraft_remote_{name}", doc, value=value)
+    refused = CounterMetricFamily("kvgraft_remote_refused", "Records or blobs never grafted, by reason", labels=["why"])
+    for why, n in sorted(r.refused.items()):
+        refused.add_metric([why], n)
+    yield refused

@@ -42,10 +42,10 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
 from kvgraft.app.proof.replay import schedule_of
+from kvgraft.app.serve.cache_counts import CacheCounters, ContextLengthExceeded, Prepared
 from kvgraft.app.serve.pins import pin_prefixes
 from kvgraft.app.serve.schedule import BLOCK, aligned_calls, prepare_aligned
 from kvgraft.app.service import LibraryService, model_record
@@ -58,47 +58,6 @@ from kvgraft.library.tokens import shared_prefix
 log = logging.getLogger(__name__)
 
 MAX_PENDING = 8  # captured states waiting for idle time; past this the oldest is dropped (and counted)
-
-
-class ContextLengthExceeded(DecodeError):
-    """The prompt does not fit the context (with room for one token of reply)."""
-
-    code = "context_length_exceeded"  # what app/core/jobs.py reports it as (a 400, not a 500)
-
-
-@dataclass
-class Prepared:
-    """What getting a prompt into the context took: the `kvgraft` object of a response."""
-
-    prompt_tokens: int
-    cached_tokens: int  # not computed for this request: grafted, or still in the warm context
-    source: str  # "cold", "warm" (the context held them) or "library" (a cache state grafted)
-    entry_id: int | None = None
-    proof: str | None = None
-    tokens_restored: int = 0
-    graft_ms: float = 0.0
-    prefill_ms: float = 0.0
-    tokens_prefilled: int = 0
-    stores_queued: list[int] = field(default_factory=list)  # the lengths captured for storing
-    pins: list[dict] = field(default_factory=list)  # the request's named pins: {name, n_tokens, state}
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-@dataclass
-class CacheCounters:
-    hits_library: int = 0
-    hits_warm: int = 0
-    misses: int = 0
-    tokens_prefilled: int = 0
-    tokens_restored: int = 0
-    tokens_warm: int = 0
-    stored: int = 0
-    dropped: int = 0
-    evicted: int = 0
-    graft_s: float = 0.0
-    prefill_s: float = 0.0
 
 
 class PromptCache:
@@ -125,6 +84,7 @@ class PromptCache:
         self._must_store: set[tuple[int, ...]] = set()  # captured for a pin: never dropped as served by a longer one
         self.last_prefilled = 0  # tokens the last request prefilled (the worker stores at once after a long one)
         self.last_size = (0, 0)  # (states, bytes) of automatic states, as of the last store: read by /metrics
+        self.remote = None  # a fleet's shared cache (app/serve/shared_cache.py), set by `kvgraft serve --remote`
         self.evict()  # a budget smaller than what an earlier run stored applies at once
 
     @property
@@ -204,6 +164,10 @@ class PromptCache:
         self._continues = continues or held > self._prompt_n  # it holds the last prompt and some of its reply
         warm = min(held, n - 1)
         found, use, self._stored = self._from_library(tokens)
+        remote = self.remote.lookup(self, tokens, boundaries, max(use, warm)) if self.remote else None
+        if remote is not None:  # a state another instance computed (app/serve/shared_cache.py), now stored here
+            found, prep.remote_fetch_ms = remote
+            use, self._stored = self.usable(found, found.n_tokens, n), max(self._stored, found.n_tokens)
         if force:  # a pinned prefix not stored yet must be computed here: reuse no further than its end
             cap = min(force)
             warm = min(warm, cap)
@@ -211,6 +175,8 @@ class PromptCache:
                 use = cap if self.usable(found, cap, n) >= cap else 0
         if found is not None and use > warm:
             start = self.graft_entry(found, prep)
+            if remote is not None:
+                prep.source = f"remote:{self.remote.name}"
             if use < start:
                 s.trim(use)
                 start = use
@@ -352,7 +318,7 @@ class PromptCache:
         calls = aligned_calls(len(tokens), block) if block else []
         if len(calls) > 1:  # decoded in aligned blocks: the calls after the first are part of the bits
             schedule["then"] = calls[1:]
-        _, created = self.library.cache.add_cache_state(
+        entry, created = self.library.cache.add_cache_state(
             block,
             text=self.engine.model.detokenize(tokens),
             tokens=list(tokens),
@@ -365,6 +331,8 @@ class PromptCache:
             schedule=schedule,
         )
         self.counters.stored += int(created)
+        if created and self.remote is not None and self.invariant:
+            self.remote.offer(self.library, entry)  # shared with the fleet (queued; never waited for)
         self.evict()
         return True
 

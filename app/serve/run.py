@@ -21,8 +21,10 @@ from typing import Callable
 import uvicorn
 
 from kvgraft.app.core.runtime import Settings, open_engine
+from kvgraft.app.packs.trust import trust_store
 from kvgraft.app.serve.http import Server, ServerConfig, build_app
 from kvgraft.app.serve.schedule import BLOCK
+from kvgraft.app.serve.shared_cache import SharedCache
 from kvgraft.app.serve.worker import EngineWorker
 from kvgraft.app.service import LibraryService, open_library
 
@@ -70,6 +72,10 @@ class ServeOptions:
     max_body_bytes: int = 8 * 1024 * 1024
     block: int = BLOCK
     cors_origins: tuple[str, ...] = ()
+    remote: str | None = None  # a fleet's shared cache on this remote (app/serve/shared_cache.py)
+    share_cache: str = "both"  # push, pull or both
+    sign_key: Path | None = None  # the instance's key: signs what it pushes
+    lookup_ms: float = 50.0
 
 
 def check_options(opts: ServeOptions) -> None:
@@ -79,6 +85,12 @@ def check_options(opts: ServeOptions) -> None:
         )
     if opts.api_key is not None and not opts.api_key.strip():
         raise ServeError("the API key is empty")
+    if opts.share_cache not in ("push", "pull", "both"):
+        raise ServeError(f"--share-cache is push, pull or both, not {opts.share_cache!r}")
+    if opts.remote is not None and opts.share_cache != "pull" and opts.sign_key is None:
+        raise ServeError(
+            "--remote shares this instance's cache states: sign them with --sign KEY (or --share-cache pull)"
+        )
 
 
 def make_worker(settings: Settings, home: Path, opts: ServeOptions, on_message: Callable[[str], None]) -> EngineWorker:
@@ -86,12 +98,28 @@ def make_worker(settings: Settings, home: Path, opts: ServeOptions, on_message: 
         engine = open_engine(settings, on_progress=on_message)
         return LibraryService(engine, open_library(home))
 
-    return EngineWorker(open_service, opts.budget_bytes or 0, opts.block, opts.queue_size)
+    shared = None
+    if opts.remote is not None:
+
+        def shared(service: LibraryService) -> SharedCache:
+            return SharedCache(
+                service.library.remotes.get(opts.remote),
+                trust_store(home),
+                push=opts.share_cache in ("push", "both"),
+                pull=opts.share_cache in ("pull", "both"),
+                sign_key=opts.sign_key,
+                lookup_ms=opts.lookup_ms,
+            )
+
+    return EngineWorker(open_service, opts.budget_bytes or 0, opts.block, opts.queue_size, shared)
 
 
 def serve(settings: Settings, home: Path, opts: ServeOptions, say: Callable[[str], None], log_level: str) -> dict:
     """Run until Ctrl-C or SIGTERM; returns what the stop did with the pending states."""
     check_options(opts)
+    if opts.remote is not None:  # an unknown remote is refused before anything starts
+        with open_library(home) as lib:
+            lib.remotes.get(opts.remote)
     if opts.budget_bytes is None:
         opts.budget_bytes = default_budget(home)
     worker = make_worker(settings, home, opts, say)
@@ -116,7 +144,9 @@ def serve(settings: Settings, home: Path, opts: ServeOptions, say: Callable[[str
     say(
         f"kvgraft serve: http://{opts.host}:{opts.port}/v1 (data dir {home}; prompt cache budget "
         f"{opts.budget_bytes / 1024**3:.1f} GiB{', storing off' if not opts.budget_bytes else ''}; "
-        f"cache blocks of {opts.block} tokens; {'API key required' if opts.api_key else 'no API key'})"
+        f"cache blocks of {opts.block} tokens; {'API key required' if opts.api_key else 'no API key'}"
+        + (f"; the cache shared on remote {opts.remote} ({opts.share_cache})" if opts.remote else "")
+        + ")"
     )
     # uvicorn stops on SIGINT and SIGTERM, then raises the signal again with the handler it found:
     # a quiet one for SIGTERM lets the pending states be stored instead of the process dying there

@@ -78,9 +78,11 @@ class EngineWorker(JobThread):
         budget_bytes: int,
         block: int,
         queue_size: int = 16,
+        shared: Callable[[LibraryService], object] | None = None,
     ) -> None:
         super().__init__("kvgraft-engine", queue_size)
         self._open_service = open_service
+        self._shared = shared  # makes the fleet's shared cache (app/serve/shared_cache.py), `serve --remote`
         self._budget, self._block = budget_bytes, block
         self.service: LibraryService | None = None
         self.cache: PromptCache | None = None
@@ -98,6 +100,8 @@ class EngineWorker(JobThread):
     def setup(self) -> None:
         self.service = self._open_service()
         self.cache = PromptCache(self.service, self._budget, self._block)
+        if self._shared is not None:
+            self.cache.remote = self._shared(self.service)
         self.cache.warm_up()  # the context is made now, not in the first request's time to first token
 
     def run(self, job: ServeJob) -> None:
@@ -123,6 +127,8 @@ class EngineWorker(JobThread):
         cache = self.cache
         stored = cache.flush() if self._store_on_stop else 0
         self.stopped_with = {"stored": stored, "dropped": cache.pending}
+        if cache.remote is not None:
+            cache.remote.close()  # the uploads queued finish first (bounded)
         cache.close_session()
         self.service.close()
         self.service.engine.close()
