@@ -182,14 +182,15 @@ def gc_cache(
     older_than_s: float,
     grace_s: float = 3600.0,
     now: float | None = None,
+    budget_bytes: int | None = None,
 ) -> dict:
-    """Remove cache records older than `older_than_s`, then the blobs no record and no knowledge manifest
-    names, once older than `grace_s` (an upload writes its blob before its record: a blob younger than
-    the grace period may be one whose record is on its way). Never a blob a manifest names."""
+    """Remove cache records older than `older_than_s` and, past `budget_bytes` of the blobs the rest name,
+    the oldest of those too; then the blobs no record and no knowledge manifest names, once older than
+    `grace_s` (an upload writes its blob before its record: a blob younger than the grace period may be
+    one whose record is on its way). Never a blob a manifest names."""
     now = time.time() if now is None else now
-    removed_records, named = 0, set()
-    for key, modified in store.records():
-        raw = None
+    removed_records, kept = 0, []
+    for key, modified in sorted(store.records(), key=lambda km: -km[1]):  # newest first
         if now - modified > older_than_s:
             store.delete(store.record_key(key))
             removed_records += 1
@@ -200,7 +201,16 @@ def gc_cache(
         except RecordError:
             record = None  # a malformed record names nothing; it ages out like the rest
         if record is not None:
-            named.add(record.blob_sha256)
+            kept.append((key, record))
+    named, total = set(), 0
+    for key, record in kept:  # newest first: the oldest go past the budget
+        size = 0 if record.blob_sha256 in named else record.stored_size
+        if budget_bytes is not None and total + size > budget_bytes:
+            store.delete(store.record_key(key))
+            removed_records += 1
+            continue
+        total += size
+        named.add(record.blob_sha256)
     removed_blobs, kept_young = 0, 0
     for sha, modified in store.blob_ages().items():
         if sha in named or sha in knowledge_blobs:
@@ -210,4 +220,9 @@ def gc_cache(
             continue
         store.delete(store.blobs.key(sha))
         removed_blobs += 1
-    return {"records_removed": removed_records, "blobs_removed": removed_blobs, "blobs_in_grace": kept_young}
+    return {
+        "records_removed": removed_records,
+        "blobs_removed": removed_blobs,
+        "blobs_in_grace": kept_young,
+        "bytes_named": total,
+    }

@@ -66,6 +66,8 @@ def run(name: str, urls: list[str], docs: list[str], max_tokens: int, kvgraft: b
     computed = sum((x["prompt_tokens"] or 0) - (x["cached"] or 0) for x in rows)
     moved = sum(metric(u, "kvgraft_remote_bytes_fetched") + metric(u, "kvgraft_remote_bytes_uploaded") for u in urls)
     sources = [x["kvgraft"].get("source") for x in rows if x.get("kvgraft")] if kvgraft else []
+    fetched = [x["kvgraft"]["remote_fetch_ms"] for x in rows if kvgraft and x["kvgraft"].get("remote_fetch_ms")]
+    cold = [x["ttft"] for x in rows if x["round"] == 0]
     return {
         "name": name,
         "ttft_median": statistics.median(ttft),
@@ -76,6 +78,8 @@ def run(name: str, urls: list[str], docs: list[str], max_tokens: int, kvgraft: b
         "first_round_tokens": sum(x["prompt_tokens"] or 0 for x in rows if x["round"] == 0),
         "moved": moved if kvgraft else 0,
         "remote_hits": sources.count("remote:team"),
+        "fetch_ms_median": statistics.median(fetched) if fetched else None,
+        "first_median": statistics.median(cold),
         "logprobs_equal": all(s == same[0] for s in same) and bool(same[0]),
     }
 
@@ -90,6 +94,7 @@ def kvgraft_fleet(tmp: Path, n: int, model: Path, s3: LocalS3 | None, threads: i
         args += ["--remote", "team", "--sign", str(tmp / "fleet.key")]
         env = {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY, "AWS_DEFAULT_REGION": "us-east-1"}
     servers = []
+    tmp.mkdir(parents=True, exist_ok=True)
     for i in range(n):
         home = tmp / f"instance-{i}"
         if s3 is not None:
@@ -109,7 +114,7 @@ def main() -> int:
     ap.add_argument("--llama-server", default=shutil.which("llama-server"), help="llama-server binary")
     ap.add_argument("--instances", type=int, default=3)
     ap.add_argument("--docs", type=int, default=16)
-    ap.add_argument("--words", type=int, default=1500, help="words per document (1,500: about 2,000 tokens)")
+    ap.add_argument("--words", type=int, default=1750, help="words per document (1,750: about 2,000 tokens)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-tokens", type=int, default=4)
     args = ap.parse_args()
@@ -165,6 +170,12 @@ def main() -> int:
         f"{peer['later_median'] / shared['later_median']:.1f}x sooner than llama-server; "
         f"{shared['remote_hits']} of {len(order(args.docs, args.instances))} requests grafted a state from the remote"
     )
+    if shared["fetch_ms_median"] is not None:
+        per_state = shared["moved"] / 1e6 / max(1, shared["remote_hits"] + args.docs)  # each uploaded once, fetched
+        print(
+            f"a fetch from the remote took {shared['fetch_ms_median']:.0f} ms (median); a document's first question "
+            f"(prefilled) {shared['first_median']:.2f} s; {per_state:.1f} MB per state moved"
+        )
     return 0
 
 

@@ -17,9 +17,9 @@ from kvgraft.library.remote import RemoteSpec
 from kvgraft.library.remote_cache import CacheRecord, RemoteCacheStore, signed_record
 
 
-def main(bucket: str, endpoint: str, key: str, count: int, pause_s: float) -> None:
+def main(bucket: str, endpoint: str, key: str, count: int, pause_s: float, first: int = 0) -> None:
     store = RemoteCacheStore(RemoteSpec("team", bucket, "fleet/", endpoint))
-    for i in range(count):
+    for i in range(first, first + count):
         data = os.urandom(64 << 10)
         stored = container.make(len(data), []).header + data
         sha = hashlib.sha256(data).hexdigest()

@@ -237,3 +237,20 @@ def test_remote_gc_beside_an_uploading_process_and_a_kill_9_leave_the_bucket_con
     assert out["blobs_in_grace"] >= 1  # the blob the last gc kept as knowledge: nothing names it now, it is young
     r = CliRunner().invoke(cli, ["--home", str(home), "remote", "gc", "team", "--cache-older-than", "soon"])
     assert r.exit_code == 2 and "not an age" in r.output
+
+
+def test_remote_gc_keeps_the_newest_states_within_a_budget(fleet, tmp_path):
+    from kvgraft.library.remote_cache import gc_cache
+    from tests.cache_uploader import main as upload
+
+    store = RemoteCacheStore(fleet.spec)
+    for i in range(3):  # S3 times an object to the second: one record a second, oldest first
+        upload(fleet.spec.bucket, fleet.spec.endpoint_url, str(fleet.key), 1, 0, first=i)
+        time.sleep(1.1)
+    sizes = [read_record(store.get_record(k))[0].stored_size for k, _ in store.records()]
+    newest = max(store.records(), key=lambda km: km[1])[0]
+    out = gc_cache(store, set(), older_than_s=3600, grace_s=3600, budget_bytes=2 * max(sizes))
+    assert out["records_removed"] == 1 and out["bytes_named"] <= 2 * max(sizes)
+    assert len(store.records()) == 2 and newest in {k for k, _ in store.records()}
+    out = gc_cache(store, set(), older_than_s=3600, grace_s=0, now=time.time() + 1, budget_bytes=0)
+    assert out["records_removed"] == 2 and out["blobs_removed"] == 3 and store.records() == []

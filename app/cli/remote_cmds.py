@@ -10,6 +10,7 @@ from kvgraft.app.cli.common import EXIT_INPUT, cli_home, emit_json, engine_optio
 from kvgraft.app.cli.keys_cmds import resolve_key
 from kvgraft.app.core.words import counted
 from kvgraft.app.remote.manage import add_checked, forget, gc_cache_named, pull_named, push_named, remotes
+from kvgraft.app.serve.run import parse_size
 from kvgraft.app.service import LibraryService, open_library
 
 
@@ -151,18 +152,27 @@ def pull(state, name, require_signed, as_json) -> None:
     metavar="AGE",
     help="Keep a blob nothing names while it is younger than AGE (an upload writes its blob before its record).",
 )
+@click.option(
+    "--cache-budget",
+    "budget",
+    default=None,
+    metavar="SIZE",
+    help="Also remove the oldest records past SIZE of the blobs they name (e.g. 500G).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
 @handle_errors
-def remote_gc(name, older, grace, as_json) -> None:
+def remote_gc(name, older, grace, budget, as_json) -> None:
     """Remove a fleet's old shared-cache states from remote NAME (`kvgraft serve --remote`): records older
-    than --cache-older-than, then blobs no record and no manifest names. Knowledge entries' blobs are never
-    removed; safe beside instances uploading (docs/remote-format.md)."""
+    than --cache-older-than (and the oldest past --cache-budget), then blobs no record and no manifest
+    names. Knowledge entries' blobs are never removed; safe beside instances uploading
+    (docs/remote-format.md)."""
     try:
         older_s, grace_s = parse_age(older), parse_age(grace)
+        budget_bytes = parse_size(budget) if budget is not None else None
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     with open_library(cli_home()) as lib:
-        out = gc_cache_named(lib, name, older_s, grace_s)
+        out = gc_cache_named(lib, name, older_s, grace_s, budget_bytes)
     if as_json:
         emit_json(out)
     else:

@@ -68,10 +68,11 @@ def verify_named(lib, name: str, progress: Progress = no_progress) -> RemoteChec
     return verify_remote(RemoteRepo(lib.remotes.get(name)), trust_store(lib.root), progress=progress)
 
 
-def gc_cache_named(lib, name: str, older_than_s: float, grace_s: float) -> dict:
-    """`kvgraft remote gc NAME`: a fleet's cache records older than `older_than_s` removed, then the blobs
-    nothing names (library/remote_cache.py `gc_cache`). Every manifest is read first: its blobs are never
-    removed, and a manifest that cannot be read stops the gc before anything is deleted."""
+def gc_cache_named(lib, name: str, older_than_s: float, grace_s: float, budget_bytes: int | None = None) -> dict:
+    """`kvgraft remote gc NAME`: a fleet's cache records older than `older_than_s` removed (and the oldest
+    past `budget_bytes` of blobs), then the blobs nothing names (library/remote_cache.py `gc_cache`). Every
+    manifest is read first: its blobs are never removed, and a manifest that cannot be read stops the gc
+    before anything is deleted."""
     repo = RemoteRepo(lib.remotes.get(name))
     knowledge: set[str] = set()
     for sha in repo.manifest_shas():
