@@ -140,12 +140,12 @@ class AskResult:
         )
 
     def elsewhere_words(self) -> str:
-        """ " - document #8 holds this but was made with flash attention off (rebuild ...)", else nothing."""
+        """ " - document #8 holds this but was made with flash attention off: rebuilt ...", else nothing."""
         if not self.made_elsewhere:
             return ""
         said = "; ".join(f"{m['kind']} #{m['entry_id']} holds this but was {m['why']}" for m in self.made_elsewhere[:3])
         more = f" and {len(self.made_elsewhere) - 3} more" if len(self.made_elsewhere) > 3 else ""
-        return f" - {said}{more}: a rebuild for these settings grafts it"
+        return f" - {said}{more}: rebuilt for these settings, it can be grafted"
 
     def _where(self) -> str:
         """ " in doc.md, section 3 of 12" for an entry deposited from a file, else nothing."""
