@@ -131,7 +131,7 @@ def make_client(spec: RemoteSpec, max_pool: int = 10):
         return _CLIENTS[key]
 
 
-def _new_client(spec: RemoteSpec, max_pool: int):
+def _new_client(spec: RemoteSpec, max_pool: int, attempts: int = 3, connect_s: float = 5, read_s: float = 30):
     import os
 
     import boto3
@@ -142,9 +142,9 @@ def _new_client(spec: RemoteSpec, max_pool: int):
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
     cfg = Config(
-        retries={"max_attempts": 3, "mode": "standard"},
-        connect_timeout=5,
-        read_timeout=30,
+        retries={"max_attempts": attempts, "mode": "standard"},
+        connect_timeout=connect_s,
+        read_timeout=read_s,
         max_pool_connections=max_pool,
         # the checksum boto3 adds by default is not understood by every S3 server; ask for it only when required
         request_checksum_calculation="when_required",

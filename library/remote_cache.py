@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .errors import BlobMissing, RemoteError
-from .remote import RemoteSpec, S3BlobStore, _is_missing, describe
+from .remote import RemoteSpec, S3BlobStore, _is_missing, _new_client, describe
 from .signing import Signer, SigningError, sign_manifest, verify_signature
 
 RECORD_KIND = "kvgraft-cache-record"
@@ -77,11 +77,12 @@ def read_record(raw: bytes) -> tuple[CacheRecord, Signer]:
         if fields.pop("kind") != RECORD_KIND or fields.pop("format") != RECORD_FORMAT:
             raise ValueError("not a kvgraft cache record of a format this kvgraft reads")
         record = CacheRecord(**fields)
-        ok = all(isinstance(getattr(record, f), str) and _HEX.match(getattr(record, f)) for f in ("tokens_sha256",))
-        ok = ok and _HEX.match(record.blob_sha256) and isinstance(record.fingerprint, str)
-        ok = ok and all(type(getattr(record, f)) is int and getattr(record, f) > 0 for f in ("n_tokens", "blob_size"))
-        if not ok or type(record.stored_size) is not int or record.stored_size <= 0:
-            raise ValueError("a field of the wrong type")
+        hashes = (record.tokens_sha256, record.blob_sha256)
+        sizes = (record.n_tokens, record.blob_size, record.stored_size)
+        if not isinstance(record.fingerprint, str) or not all(isinstance(h, str) and _HEX.match(h) for h in hashes):
+            raise ValueError("a hash that is not 64 hex digits")
+        if not all(type(n) is int and n > 0 for n in sizes):
+            raise ValueError("a count or size that is not a positive integer")
         signature = outer.get("signature")
         if not isinstance(signature, dict):
             raise RecordError("the record is not signed")
@@ -97,21 +98,7 @@ def read_record(raw: bytes) -> tuple[CacheRecord, Signer]:
 
 def lookup_client(spec: RemoteSpec, timeout_s: float):
     """An S3 client for lookups: one attempt, connect and read timeouts of `timeout_s`."""
-    import os
-
-    import boto3
-    from botocore.config import Config
-
-    os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
-    cfg = Config(
-        retries={"max_attempts": 1, "mode": "standard"},
-        connect_timeout=timeout_s,
-        read_timeout=timeout_s,
-        max_pool_connections=32,
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
-    )
-    return boto3.session.Session().client("s3", endpoint_url=spec.endpoint_url, config=cfg)
+    return _new_client(spec, max_pool=32, attempts=1, connect_s=timeout_s, read_s=timeout_s)
 
 
 class RemoteCacheStore:
