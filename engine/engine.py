@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 # material (model, bit-deciding config, build, machine), so engines of one config share one probe run.
 _PROBES: dict[str, dict] = {}
 
-FINGERPRINT_VERSION = 3  # 3: the probe says whether the engine is batch-invariant
+FINGERPRINT_VERSION = 4  # 3: the probe says whether the engine is batch-invariant; 4: the tiled-small mode's bits
 
 
 def _sha_json(obj: dict) -> str:

@@ -5,7 +5,12 @@ variables once per process), and the measuring scripts (scripts/batch_invariance
 scripts/bench_invariance.py) set them for the processes they start.
 
 Each invariant mode sends every row count of a call through the same kernels:
-  tiled     the tiled K-quant kernel for every row count (GGML_CPU_TILED_MM_FORCE=1), sgemm for every n
+  tiled-small  the tiled K-quant kernel's bits for every row count: more than 16 rows through the tiled
+            kernel, 1-16 through the small-row kernel of our patch (GGML_CPU_TILED_SMALL=1,
+            packaging/llama-cpp-python/tiled-small-rows.patch); sgemm for every n for float weights
+            (GGML_CPU_SGEMM=float), upstream's sgemm switch for Q8_0/Q5_0, whose two kernels sum alike
+  tiled     the tiled K-quant kernel for every row count (GGML_CPU_TILED_MM_FORCE=1: its narrow path
+            for 1-16 rows, slow), sgemm for every n
   per-row   the per-row K-quant dot products for every row count (GGML_CPU_TILED_MM=0), sgemm for every n
   per-row-no-sgemm   per-row K-quant, and ggml's per-row dot products instead of sgemm for every n
 Flash attention takes its one_chunk path for every call in each (GGML_CPU_FA_ONE_PATH=1, our patch).
@@ -15,15 +20,22 @@ Flash attention takes its one_chunk path for every call in each (GGML_CPU_FA_ONE
 from __future__ import annotations
 
 SWITCH = "KVGRAFT_BATCH_INVARIANT"  # "0": upstream; a mode name: that mode; unset: MODE
-VARIABLES = ("GGML_CPU_TILED_MM", "GGML_CPU_TILED_MM_FORCE", "GGML_CPU_SGEMM", "GGML_CPU_FA_ONE_PATH")
+VARIABLES = (
+    "GGML_CPU_TILED_MM",
+    "GGML_CPU_TILED_MM_FORCE",
+    "GGML_CPU_TILED_SMALL",
+    "GGML_CPU_SGEMM",
+    "GGML_CPU_FA_ONE_PATH",
+)
 
 MODES = {
+    "tiled-small": {"GGML_CPU_TILED_SMALL": "1", "GGML_CPU_SGEMM": "float", "GGML_CPU_FA_ONE_PATH": "1"},
     "tiled": {"GGML_CPU_TILED_MM_FORCE": "1", "GGML_CPU_SGEMM": "all", "GGML_CPU_FA_ONE_PATH": "1"},
     "per-row": {"GGML_CPU_TILED_MM": "0", "GGML_CPU_SGEMM": "all", "GGML_CPU_FA_ONE_PATH": "1"},
     "per-row-no-sgemm": {"GGML_CPU_TILED_MM": "0", "GGML_CPU_SGEMM": "off", "GGML_CPU_FA_ONE_PATH": "1"},
     "upstream": {},
 }
-MODE = "per-row-no-sgemm"  # chosen by measurement: docs/exact-graft.md, "What it costs"
+MODE = "tiled-small"  # chosen by measurement: docs/exact-graft.md, "What it costs"
 
 
 def mode_from(environ) -> str:

@@ -8,7 +8,7 @@
 
 The same N tokens are decoded in a fresh context as each split (one call, [N-1, 1], [64] x k + rest, ...);
 the logits after the last token and the canonical state are hashed, and the splits are grouped by equal
-bits. Modes (engine/switches.py; the engine's own by default): `tiled`, `per-row`, `per-row-no-sgemm`,
+bits. Modes (engine/switches.py; the engine's own by default): `tiled-small`, `tiled`, `per-row`, `per-row-no-sgemm`,
 and `upstream` (llama.cpp's own switches). llama.cpp reads them once per process, so each mode runs in
 its own process. `--lib DIR` loads llama.cpp's libraries from DIR (LLAMA_CPP_LIB_PATH): `python
 packaging/llama_build.py --stock` puts the unpatched build's in build/llama-default/lib. Prints a table;

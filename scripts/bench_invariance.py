@@ -2,14 +2,17 @@
 
     .venv/bin/python scripts/bench_invariance.py                  # both models, 3 rounds (~6 min on 2 cores)
     .venv/bin/python scripts/bench_invariance.py --models 270m --rounds 1
+    .venv/bin/python scripts/bench_invariance.py --builds default tiled-small per-row-no-sgemm
+                                                  # the stock build, the engine's mode and the one before it
     .venv/bin/python scripts/bench_invariance.py --models 270m --prompt 1700 --turn 19 --reply 1
                                                   # a warm server turn: what part of its time is the build's
 
 Builds compared, each in its own process (llama.cpp reads its switches once per process):
   default      llama-cpp-python 0.3.36 unpatched, as PyPI builds it (`python packaging/llama_build.py
                --stock` puts its libraries in build/llama-default/lib; loaded through LLAMA_CPP_LIB_PATH)
-  tiled, per-row, per-row-no-sgemm
-               the patched build in each invariant mode of engine/switches.py
+  tiled-small, tiled, per-row, per-row-no-sgemm
+               the patched build in each invariant mode of engine/switches.py (tiled-small is the
+               engine's; per-row-no-sgemm was, before it)
 Rounds alternate the builds, so drift hits them alike; the table shows each build's median and its ratio to
 the default's. The workloads: a cold prompt (512 tokens in one call) plus a 64-token reply, and a warm turn
 (40 new tokens after the 512 already held) plus a 64-token reply; greedy, one token per call (lookup off).
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--default-lib", type=Path, default=REPO / "build/llama-default/lib")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--builds", nargs="+", choices=BUILDS, default=list(BUILDS), help="the builds to compare")
     ap.add_argument("--prompt", type=int, default=PROMPT, help="tokens of the cold prompt (one prefill)")
     ap.add_argument("--turn", type=int, default=TURN, help="new tokens of the warm turn, after the prompt")
     ap.add_argument("--reply", type=int, default=REPLY, help="tokens decoded after each")
@@ -122,7 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(measure(args.child, args.threads, args.prompt, args.turn, args.reply)))
         return 0
-    builds = BUILDS if (args.default_lib / "libllama.so").is_file() else BUILDS[1:]
+    builds = [b for b in BUILDS if b in args.builds]
+    if not (args.default_lib / "libllama.so").is_file() and "default" in builds:
+        builds.remove("default")
     if "default" not in builds:
         print(f"no default build in {args.default_lib}: comparing the patched build's two modes only", file=sys.stderr)
     results: dict = {m: {} for m in args.models}

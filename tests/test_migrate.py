@@ -20,7 +20,7 @@ from kvgraft.app.cli import cli
 from kvgraft.app.maintain.migrate import migrate, pending, pending_count
 from kvgraft.app.service import LibraryService, open_library
 from kvgraft.app.verify.batch import verify_targets
-from tests.fallback_process import run_without_invariance
+from tests.fallback_process import run_in_mode, run_without_invariance
 
 NOTES = "Harbor survey notes. " + " ".join(f"Pier {i} holds {i * 7 % 13} boats." for i in range(30))
 
@@ -97,3 +97,27 @@ def test_an_entry_whose_tokens_are_not_its_text_stays_and_the_command_says_so(ol
     with open_library(home) as lib:
         doc = lib.get(made["doc"])
         assert doc.fingerprint == made["fingerprint"] and not doc.graftable(engine.fingerprint)
+
+
+def test_a_library_of_the_previous_invariant_mode_moves_onto_this_one(tmp_path, engine):
+    """The previous engine's mode (per-row-no-sgemm, batch-invariant too) made the library, whose record of
+    that engine is marked fingerprint version 3, as 31f5b30 stored it. This engine finds it by its config and
+    moves each entry only after computing it here and checking a graft of it."""
+    home = tmp_path / "home"
+    made = run_in_mode("per-row-no-sgemm", OLD_BUILD, str(home), NOTES)
+    assert made["invariant"] is True
+    me = engine.with_config(engine.config.replace(n_ctx=2048))
+    assert made["fingerprint"] != me.fingerprint
+    with open_library(home) as lib, lib.write() as db:
+        info = {**lib.engine_info(made["fingerprint"])["info"], "fingerprint_version": 3}
+        db.execute("UPDATE engines SET info = ? WHERE fingerprint = ?", [json.dumps(info), made["fingerprint"]])
+    with open_library(home) as lib, LibraryService(me, lib) as service:
+        todo = pending(service)
+        assert len(todo) >= 3 and not any(e.graftable(me.fingerprint) for e in todo)
+        report = migrate(service)
+        assert sorted(report.moved) == sorted(e.id for e in todo) and not report.refused
+        assert pending(service) == [] and report.owners["threads"] == 1
+        moved = [lib.get(i) for i in report.moved]
+        assert verify_targets(service, entries=moved, replay=True).ok
+        r = ChatService(service).say(made["thread"], "And pier 7?", max_tokens=6, check=True)
+        assert r.exact is True and r.tokens_restored > 0
