@@ -38,7 +38,7 @@ def _patch(tmp_path: Path, name: str, old: list[str], new: list[str], start: int
 
 def test_every_patch_says_why_and_names_its_files():
     patches = llama_build.patches()
-    assert {p.name for p in patches} == {"sgemm-switch.patch", "flash-attn-one-path.patch"}
+    assert {p.name for p in patches} == {"sgemm-switch.patch", "flash-attn-one-path.patch", "tiled-small-rows.patch"}
     for p in patches:
         text = p.read_text()
         assert text.index("Why:") < text.index("--- a/"), f"{p.name} must say why before its diff"
