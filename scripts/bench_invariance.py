@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.default_lib / "libllama.so").is_file() and "default" in builds:
         builds.remove("default")
     if "default" not in builds:
-        print(f"no default build in {args.default_lib}: comparing the patched build's two modes only", file=sys.stderr)
+        print(f"no default build in {args.default_lib}: comparing the patched build's modes only", file=sys.stderr)
     results: dict = {m: {} for m in args.models}
     for r in range(args.rounds):
         for model in args.models:

@@ -44,15 +44,20 @@ with open_library(sys.argv[1]) as lib, LibraryService(eng, lib) as service:
 """
 
 
+def recorded_as_version(home, fingerprint: str, version: int) -> None:
+    """Mark the library's record of the engine `fingerprint` as an earlier kvgraft stored it (that version)."""
+    with open_library(home) as lib, lib.write() as db:
+        info = {**lib.engine_info(fingerprint)["info"], "fingerprint_version": version}
+        db.execute("UPDATE engines SET info = ? WHERE fingerprint = ?", [json.dumps(info), fingerprint])
+
+
 @pytest.fixture
 def old_library(tmp_path, engine):
     """A library made by the fallback build, relabelled as kvgraft's previous version would have stored it."""
     home = tmp_path / "home"
     made = run_without_invariance(OLD_BUILD, str(home), NOTES)
     me = engine.with_config(engine.config.replace(n_ctx=2048))
-    with open_library(home) as lib, lib.write() as db:  # what an earlier kvgraft recorded for its engine
-        info = {**lib.engine_info(made["fingerprint"])["info"], "fingerprint_version": 2}
-        db.execute("UPDATE engines SET info = ? WHERE fingerprint = ?", [json.dumps(info), made["fingerprint"]])
+    recorded_as_version(home, made["fingerprint"], 2)
     return home, me, made
 
 
@@ -108,9 +113,7 @@ def test_a_library_of_the_previous_invariant_mode_moves_onto_this_one(tmp_path, 
     assert made["invariant"] is True
     me = engine.with_config(engine.config.replace(n_ctx=2048))
     assert made["fingerprint"] != me.fingerprint
-    with open_library(home) as lib, lib.write() as db:
-        info = {**lib.engine_info(made["fingerprint"])["info"], "fingerprint_version": 3}
-        db.execute("UPDATE engines SET info = ? WHERE fingerprint = ?", [json.dumps(info), made["fingerprint"]])
+    recorded_as_version(home, made["fingerprint"], 3)
     with open_library(home) as lib, LibraryService(me, lib) as service:
         todo = pending(service)
         assert len(todo) >= 3 and not any(e.graftable(me.fingerprint) for e in todo)
