@@ -7,7 +7,7 @@ string (found across token boundaries: the text is searched, not the pieces), a 
 (0..20), each chosen token's log-probability, and the `top_logprobs` most likely, are recorded from
 the very logits it was chosen from.
 
-With `lookup` > 0 (greedy, no logprobs, stopping at end-of-generation), a chosen token is decoded
+With `lookup` > 0 (greedy without penalties, no logprobs, stopping at end-of-generation), a chosen token is decoded
 together with up to `lookup` tokens guessed from the context (engine/lookup_decode.py: prompt-lookup
 drafts) in one verify call; the guesses the model's own argmax agrees with are its next choices,
 already decoded. Every choice still passes the same stop checks and `on_token` one by one, and where
@@ -17,8 +17,11 @@ says in which calls they were decoded: the schedule a replay repeats).
 
 With a `constraint` (engine/constraint.py), each choice is made from a masked copy of the logits: only
 the tokens the grammar allows, end of generation only where it accepts; generation ends ("grammar") once
-the grammar can take nothing more. Lookup decoding is off under a constraint (a verify call's choices
-are raw argmaxes the grammar never saw), and logprobs stay the model's own (raw) distribution.
+the grammar can take nothing more. And the answer closes within `max_tokens`: where the model's choice
+would leave too few tokens to close the grammar, the closing path's next token is taken instead
+(engine/closing.py), so what `max_tokens` cuts still parses. Lookup decoding is off under a
+constraint (a verify call's choices are raw argmaxes the grammar never saw), and logprobs stay the
+model's own (raw) distribution.
 `Generation.constraint` records the grammar's SHA-256: the tokens a constrained answer leaves in the
 context are ordinary tokens (a replay of the state needs only them), but choosing them again needs the
 grammar.
@@ -79,7 +82,8 @@ def generate(
     model = session.engine.model
     gen = Generation(constraint=constraint.grammar.sha256 if constraint is not None else None)
     drafter = None
-    greedy_plain = lookup > 0 and sampler.params.greedy and top_logprobs is None and stop_at_eog and constraint is None
+    plain = sampler.params.greedy and not sampler.params.penalized  # a verify call chooses by argmax
+    greedy_plain = lookup > 0 and plain and top_logprobs is None and stop_at_eog and constraint is None
     if greedy_plain and session.engine.draft_stats.worth_trying():  # unless recent generations' drafts lost time
         drafter = Drafter(session, lookup, stops)
     ahead: list[int] = []  # choices a verify call already made: ahead[0] is the next one
@@ -98,13 +102,18 @@ def generate(
             n_ahead -= decoded
         else:
             logits = session.logits()
-            tok, decoded = sampler.choose(logits if constraint is None else constraint.allowed(logits)), False
+            if constraint is None:
+                tok = sampler.choose(logits)
+            else:  # the grammar's choice, or the path that closes it before the budget ends
+                tok = constraint.within(sampler.choose(constraint.allowed(logits)), max_tokens - len(gen.tokens))
+            decoded = False
         if gen.first_token_at is None:
             gen.first_token_at = time.perf_counter()
         if stop_at_eog and model.is_eog(tok):  # drafts hold none: never a decoded-ahead one
             gen.stop_reason = "eog"
             break
         gen.tokens.append(tok)
+        sampler.accept(tok)
         if constraint is not None:
             constraint.advance(tok)
         if top_logprobs is not None:

@@ -109,14 +109,15 @@ class Model:
                 return list(buf[:n])
             cap = -n
 
-    def token_bytes(self, token: int) -> bytes:
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        """A token's bytes; a control token's are empty unless `special` (then it is written out)."""
         if not 0 <= token < self.info.n_vocab:
             raise EngineError(f"token id {token} is outside the vocabulary (0..{self.info.n_vocab - 1})")
         buf = ctypes.create_string_buffer(64)
-        n = llama.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+        n = llama.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
         if n < 0:
             buf = ctypes.create_string_buffer(-n)
-            n = llama.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, False)
+            n = llama.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
         return buf.raw[:n]
 
     def token_text(self, token: int) -> str:

@@ -7,6 +7,7 @@ the sliding window, see docs/exact-graft.md); `LlamaDiskCache` pickles the same 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import tempfile
 import time
 
@@ -97,3 +98,43 @@ class LlamaCppPythonPeer:
     def close(self) -> None:
         self.llm.close()
         self._dir.cleanup()
+
+
+def llama_cpp_candidates(logits: np.ndarray, params, chosen: list[int]) -> tuple[list[int], np.ndarray]:
+    """llama.cpp's own samplers on `logits` (a peer for engine/sampling.py): its penalties having accepted
+    `chosen`, then its top-k, top-p and min-p, as llama-server's default chain runs them before the
+    temperature. Returns (the surviving token ids, the logits after the penalties, indexed by id)."""
+    ensure_backend()
+    n = len(logits)
+    data = (llama.llama_token_data * n)()
+    for i, v in enumerate(np.asarray(logits, dtype=np.float32).tolist()):
+        data[i].id, data[i].logit, data[i].p = i, v, 0.0
+    arr = llama.llama_token_data_array(data=data, size=n, selected=-1, sorted=False)
+    samplers = [
+        llama.llama_sampler_init_penalties(
+            n,
+            len(chosen) if params.repeat_last_n < 0 else params.repeat_last_n,  # llama.cpp's -1 is n_ctx
+            params.repeat_penalty,
+            params.frequency_penalty,
+            params.presence_penalty,
+        )
+    ]
+    for tok in chosen:
+        llama.llama_sampler_accept(samplers[0], tok)
+    llama.llama_sampler_apply(samplers[0], ctypes.byref(arr))
+    penalized = np.empty(n, dtype=np.float32)
+    for i in range(arr.size):
+        penalized[arr.data[i].id] = arr.data[i].logit
+    if params.top_k:
+        samplers.append(llama.llama_sampler_init_top_k(params.top_k))
+    if params.top_p < 1:
+        samplers.append(llama.llama_sampler_init_top_p(params.top_p, 1))
+    if params.min_p > 0:
+        samplers.append(llama.llama_sampler_init_min_p(params.min_p, 1))
+    try:
+        for s in samplers[1:]:
+            llama.llama_sampler_apply(s, ctypes.byref(arr))
+        return [arr.data[i].id for i in range(arr.size)], penalized
+    finally:
+        for s in samplers:
+            llama.llama_sampler_free(s)

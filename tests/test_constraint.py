@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from kvgraft.engine.constraint import Grammar, GrammarError, vocabulary
+from kvgraft.engine.errors import EngineError
 from kvgraft.engine.sampling import Sampler, SamplingParams
 
 PERSON = {
@@ -108,3 +109,42 @@ def test_the_vocabulary_marks_control_tokens_and_is_built_once(engine):
         engine.model.tokenize("harbor", False)[0]
     )
     assert all(engine.model.is_eog(t) for t in tok.eos_tokens) and tok.eos_tokens
+
+
+CITY = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string"},
+        "population": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "coords": {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]},
+    },
+    "required": ["city", "population", "tags", "coords"],
+}
+
+
+def test_an_answer_closes_within_any_budget_the_shortest_fits(engine):
+    """From the shortest closing the closer finds up to a roomy budget, each answer parses and validates:
+    where the model's own choice would leave too little room, the grammar is closed instead."""
+    grammar = Grammar.json_schema(engine.model, CITY)
+    need = grammar.matcher().shortest(1000)
+    assert need is not None and grammar.matcher().shortest(need - 1) is None
+    for budget in (need, need + 3, need + 11, 2 * need):
+        gen = _answer(engine, grammar, "User: Describe Paris as a JSON object.\nAssistant:", max_tokens=budget)
+        assert len(gen.tokens) <= budget
+        jsonschema.validate(json.loads(gen.text), CITY)
+
+
+def test_an_integer_the_schema_leaves_open_fits_int64(engine):
+    def writes(schema: dict, digits: str) -> bool:
+        c = Grammar.json_schema(engine.model, schema).matcher()
+        try:
+            for t in engine.model.tokenize(digits, False):
+                c.advance(t)
+        except EngineError:
+            return False
+        return True
+
+    assert writes({"type": "integer"}, "9" * 18) and not writes({"type": "integer"}, "9" * 19)  # past 2**63
+    own = {"type": "integer", "minimum": 0}
+    assert not writes(own, "-5") and writes(own, "9" * 18) and not writes(own, "9" * 19)  # its own bound stands

@@ -83,10 +83,29 @@ def test_messages_tool_use_and_a_tool_result_round_trip(claude):
     assert r.stop_reason in ("end_turn", "max_tokens") and r.content[0].type == "text"
 
 
+def test_count_tokens_is_the_prompt_a_message_is_answered_from(server, claude):
+    tools = [{"name": "get_weather", "description": "The weather", "input_schema": WEATHER}]
+    kw = dict(
+        model="any",
+        system="You answer briefly.",
+        messages=[{"role": "user", "content": "Which city is warmer, Oslo or Lima? Think of the weather."}],
+        tools=tools,
+    )
+    counted = claude.messages.count_tokens(**kw).input_tokens
+    r = claude.messages.create(max_tokens=4, **kw)
+    assert counted == r.usage.input_tokens + r.usage.cache_read_input_tokens > 20
+    assert claude.messages.count_tokens(**{**kw, "tools": []}).input_tokens < counted  # the tools are in it
+    with pytest.raises(anthropic.BadRequestError):
+        claude.messages.count_tokens(model="any", messages=[{"role": "robot", "content": "hi"}])
+    log = server.log.read_text()
+    assert "POST /v1/messages/count_tokens 200" in log and "POST /v1/messages ok: prompt" in log  # a line each
+    assert all(step in log for step in ("loading the model", "probe: batch-invariant", "ready in"))  # start-up
+
+
 def test_messages_errors_are_anthropics_shape(server, claude):
     with pytest.raises(anthropic.BadRequestError) as err:
         hi = [{"role": "user", "content": "hi"}]
-        claude.messages.create(model="any", max_tokens=5, messages=hi, extra_body={"top_k": 5})
+        claude.messages.create(model="any", max_tokens=5, messages=hi, extra_body={"top_k": 2.5})
     assert err.value.body["type"] == "error" and err.value.body["error"]["type"] == "invalid_request_error"
     r = httpx.post(server.url + "/v1/messages", json={"messages": [{"role": "user", "content": "hi"}]}, timeout=60)
     assert r.status_code == 400 and "max_tokens" in r.json()["error"]["message"]

@@ -175,8 +175,11 @@ def test_what_cannot_be_applied_is_refused_by_name(client):
         ),
         ({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "missing"}}}, "tool_choice"),
         ({"tool_choice": "required"}, "tool_choice"),
-        ({"frequency_penalty": 0.5}, "frequency_penalty"),
-        ({"presence_penalty": 1}, "presence_penalty"),
+        ({"frequency_penalty": 2.5}, "frequency_penalty"),
+        ({"repeat_penalty": 0}, "repeat_penalty"),
+        ({"min_p": 1.5}, "min_p"),
+        ({"top_k": 2.5}, "top_k"),
+        ({"mirostat": 2}, "mirostat"),
         ({"logit_bias": {"5": 10}}, "logit_bias"),
         ({"functions": [{"name": "f"}]}, "functions"),
         ({"response_format": {"type": "json_schema", "json_schema": {"schema": {"x-guidance": 5}}}}, "response_format"),
@@ -187,6 +190,23 @@ def test_what_cannot_be_applied_is_refused_by_name(client):
         assert err.value.body["param"] == param, err.value.body
     ok = client.chat.completions.create(model="any", messages=ASK, max_tokens=2, frequency_penalty=0, logit_bias={})
     assert ok.choices[0].message.content is not None
+
+
+def test_llama_cpps_sampler_fields_change_the_answer_and_repeat_it(client):
+    """top_k, min_p, repeat_penalty and the OpenAI penalties are applied (engine/sampling.py), not ignored."""
+    ask = [{"role": "user", "content": "Say the word tide ten times: tide tide tide"}]
+
+    def answer(**extra) -> str:
+        r = client.chat.completions.create(model="any", messages=ask, max_tokens=16, extra_body=extra)
+        return r.choices[0].message.content
+
+    plain = answer()
+    penalized = answer(repeat_penalty=1.6, repeat_last_n=-1)
+    assert penalized != plain and answer(repeat_penalty=1.6, repeat_last_n=-1) == penalized
+    assert answer(frequency_penalty=1.5) != plain
+    assert answer(temperature=1.0, top_k=1, seed=5) == plain  # one candidate left: the argmax
+    seeded = {"temperature": 1.2, "top_k": 40, "min_p": 0.05, "seed": 9}
+    assert answer(**seeded) == answer(**seeded)
 
 
 def test_models_retrieve_and_a_prefilled_reply_is_continued(client):

@@ -100,6 +100,16 @@ def test_an_answer_is_calls_only_where_every_call_parses(text, calls, content):
         assert isinstance(json.loads(c["function"]["arguments"]), dict)
 
 
+def test_a_reply_cut_by_max_tokens_keeps_the_calls_it_completed():
+    spec = parse_request(BODY, chat=True).tools
+    one = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    for tail in ('\n<tool_call>\n{"name": "get_wea', "\n<tool_", "\n<tool_call>"):
+        assert len(tools.parse_answer(one + tail, spec, cut=True).calls) == 1
+        assert tools.parse_answer(one + tail, spec).calls == []  # not cut: a broken reply is text
+    assert tools.parse_answer('<tool_call>\n{"name": "get_wea', spec, cut=True).calls == []  # none complete
+    assert tools.parse_answer(one + " and then text", spec, cut=True).calls == []  # text after a call
+
+
 def test_content_streams_up_to_a_calls_tag():
     assert tools.held_back("Sure. <tool") == len("Sure.")
     assert tools.held_back("Sure. <tool_call>\n{") == len("Sure.")

@@ -41,6 +41,7 @@ def add_remote(qtbot, w: MainWindow, endpoint: str) -> None:
     w.remote.endpoint.setText(endpoint)
     w.remote.add_button.click()
     qtbot.waitUntil(lambda: w.remote.table.rowCount() == 1 and w.remote.current_name() == "team", timeout=30_000)
+    qtbot.waitUntil(lambda: w.remote.push_selected.isEnabled(), timeout=30_000)  # the add's op has ended
 
 
 def test_push_selected_then_pull_in_another_data_dir(

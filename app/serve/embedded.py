@@ -21,11 +21,11 @@ from typing import Callable
 
 import uvicorn
 
-from kvgraft.app.core.jobs import Cancelled, Errored, Event, JobQueue, Returned, Yielded
+from kvgraft.app.core.jobs import JobQueue
 from kvgraft.app.serve.http import Server, ServerConfig, build_app
 from kvgraft.app.serve.prompt_cache import PromptCache
 from kvgraft.app.serve.run import ServeError, ServeOptions, check_options
-from kvgraft.app.serve.worker import ServeJob, Text, refuse, serve_job, store_one
+from kvgraft.app.serve.worker import ServeJob, refuse, serve_recorded, store_one
 from kvgraft.app.service import LibraryService
 
 
@@ -99,36 +99,9 @@ class EmbeddedServer(JobQueue):
 
     # -- app/core/jobs.py JobQueue's hooks: `drain` runs the queued requests, then stores what waits --
     def run(self, job: ServeJob) -> None:
-        seen: dict = {"status": "cancelled"}
-        emit = job.emit
-
-        def logged(event: Event) -> None:
-            if isinstance(event, Yielded) and not isinstance(event.value, Text):
-                seen["prepared"] = event.value
-            elif isinstance(event, Returned):
-                seen.update(status="ok", completion_tokens=event.value["completion_tokens"])
-            elif isinstance(event, Errored):
-                seen["status"] = event.code
-            elif isinstance(event, Cancelled):
-                seen["status"] = "cancelled"
-            emit(event)
-
-        job.emit = logged
-        t0 = time.perf_counter()
-        serve_job(self.cache, job)
+        record = serve_recorded(self.cache, job)
         if self._on_request is not None:
-            prep = seen.get("prepared")
-            self._on_request(
-                {
-                    "status": seen["status"],
-                    "prompt_tokens": prep.prompt_tokens if prep else len(job.tokens),
-                    "cached_tokens": prep.cached_tokens if prep else 0,
-                    "source": prep.source if prep else None,
-                    "entry_id": prep.entry_id if prep else None,
-                    "completion_tokens": seen.get("completion_tokens", 0),
-                    "ms": round((time.perf_counter() - t0) * 1e3, 1),
-                }
-            )
+            self._on_request(record)
 
     def after(self) -> None:
         store_one(self.cache)

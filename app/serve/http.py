@@ -30,15 +30,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from kvgraft.app.core.jobs import Cancelled, Errored, Event, QueueFull, Returned, Started
-from kvgraft.app.proof.chat_format import ChatFormat, ChatFormatError, paragraph_boundary
-from kvgraft.app.serve import messages_api, openai_shapes, responses_api, tools
+from kvgraft.app.core.model_registry import known_for_path
+from kvgraft.app.proof.chat_format import ChatFormatError
+from kvgraft.app.serve import messages_api, openai_shapes, prompt, responses_api
 from kvgraft.app.serve import openai_api as api
 from kvgraft.app.serve.metrics import Metrics
 from kvgraft.app.serve.openai_api import ApiError, CompletionRequest
 from kvgraft.app.serve.openai_shapes import engine_error as _engine_error
 from kvgraft.app.serve.worker import EngineWorker, ServeJob
-from kvgraft.engine.constraint import Grammar, GrammarError, styled
-from kvgraft.library.tokens import tokens_sha256
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +134,10 @@ class Server:
 
     @property
     def model_id(self) -> str:
-        return Path(self.worker.service.engine.model.info.path).stem
+        """The name a user passes to `--model`: a known model's (app/core/model_registry.py), else the file's."""
+        path = Path(self.worker.service.engine.model.info.path)
+        known = known_for_path(path)
+        return known.name if known is not None else path.stem
 
     # -- endpoints -----------------------------------------------------------------------------
     async def health(self, request: Request) -> Response:
@@ -173,7 +175,7 @@ class Server:
             self._authorize(request)
             self._ready()
             name = request.path_params["model_id"]
-            if name != self.model_id:
+            if name not in (self.model_id, Path(self.worker.service.engine.model.info.path).stem):
                 message = f"no model {name[:80]!r}: this server runs {self.model_id!r}"
                 raise ApiError(404, message, param="model", code="model_not_found")
         except ApiError as exc:
@@ -208,6 +210,7 @@ class Server:
             self._ready()
             req = surface.parse(await self._body(request))
             job, events = await self._job(req)
+            job.path = request.url.path
             try:
                 self.worker.submit(job)
             except QueueFull as exc:
@@ -237,29 +240,48 @@ class Server:
         self.metrics.request(endpoint, 200)
         return await self._whole(request, surface, req, job, events, first.value)
 
+    async def _prompt(self, req: CompletionRequest) -> tuple:
+        try:  # off the event loop: a long prompt must not stall the other clients' streams
+            return await run_in_threadpool(prompt.build, self.worker.service.engine.model, req)
+        except ChatFormatError as exc:
+            raise api.bad("messages", str(exc)) from None
+
+    async def count_tokens(self, request: Request) -> Response:
+        """Anthropic's `/v1/messages/count_tokens`: the prompt tokens the same `/v1/messages` request
+        is answered from (its usage's input_tokens plus cache_read_input_tokens)."""
+        try:
+            self._authorize(request)
+            self._ready()
+            body = await self._body(request)
+            req = messages_api.parse({"max_tokens": 1, **body} if isinstance(body, dict) else body)
+            tokens = (await self._prompt(req))[0]
+        except ApiError as exc:
+            self._answered(request, exc.status, exc.message)
+            return messages_api.error(exc)
+        self._answered(request, 200)
+        return JSONResponse({"input_tokens": len(tokens)})
+
+    async def apply_template(self, request: Request) -> Response:
+        """llama-server's `/apply-template`: the prompt a chat request is answered from, as text, and here
+        its tokens too (to compare renderings token for token; nothing is decoded)."""
+        try:
+            self._authorize(request)
+            self._ready()
+            body = await self._body(request)
+            req = CHAT.parse({"model": "any", **body} if isinstance(body, dict) else body)
+            tokens = (await self._prompt(req))[0]
+        except ApiError as exc:
+            self._answered(request, exc.status, exc.message)
+            return error_response(exc)
+        self._answered(request, 200)
+        model = self.worker.service.engine.model
+        text = b"".join(model.token_bytes(t, special=True) for t in tokens).decode("utf-8", errors="replace")
+        return JSONResponse({"prompt": text, "tokens": tokens})
+
     async def _job(self, req: CompletionRequest) -> tuple[ServeJob, asyncio.Queue]:
         model = self.worker.service.engine.model
-        stops, boundaries, spec, pins = req.stop, [], req.tools, ()
-        if req.chat:
-            fmt = ChatFormat.for_model(model)
-            msgs = req.messages if req.prefill is None else req.messages[:-1]
-            if tools.template_supports_tools(fmt.template):
-                msgs, listed = tools.for_template(msgs), spec.template_tools()
-            else:
-                msgs, listed = tools.generic(msgs, spec), None
-            try:  # off the event loop: a long prompt must not stall the other clients' streams
-                tokens, boundaries = await run_in_threadpool(
-                    fmt.conversation_with_boundaries, model, msgs, listed, req.prefill
-                )
-            except ChatFormatError as exc:
-                raise api.bad("messages", str(exc)) from None
-            if not spec.constrained:  # under a grammar, the grammar ends the answer
-                stops = tuple(dict.fromkeys(stops + fmt.stops))
-            if any(m.get("_pins") for m in msgs):
-                pins = await run_in_threadpool(_pins, fmt, model, msgs, listed, tokens)
-        else:
-            tokens = await run_in_threadpool(model.tokenize, req.prompt, True)
-            boundaries = await run_in_threadpool(paragraph_boundary, model, req.prompt, tokens)
+        tokens, boundaries, stops, pins = await self._prompt(req)
+        spec = req.tools
         n_ctx = self.worker.service.engine.config.n_ctx
         if len(tokens) >= n_ctx:
             raise ApiError(
@@ -268,7 +290,11 @@ class Server:
                 param="messages" if req.chat else "prompt",
                 code="context_length_exceeded",
             )
-        grammar = await run_in_threadpool(_grammar, model, spec) if spec.constrained else None
+        grammar = None
+        if spec.constrained:
+            room = n_ctx - len(tokens)
+            grammar = await run_in_threadpool(prompt.grammar, model, spec)
+            await run_in_threadpool(prompt.fits, grammar, room if req.max_tokens is None else min(req.max_tokens, room))
         loop = asyncio.get_running_loop()
         events: asyncio.Queue = asyncio.Queue()
 
@@ -316,37 +342,6 @@ class Server:
         return JSONResponse(surface.whole(self, req, ev.value, prep))
 
 
-def _pins(fmt: ChatFormat, model, msgs: list[dict], listed, tokens: list[int]) -> tuple:
-    """(name, length, ttl_s) of each pin the messages ask for: the prefix up to the end of the message
-    (cache_control: named by its tokens' SHA-256; prompt_cache_key: by the key)."""
-    out = []
-    for k, m in enumerate(msgs):
-        for name, ttl in m.get("_pins", ()):
-            try:
-                end = fmt.message_end(model, msgs, k + 1, listed, tokens)
-            except ChatFormatError:  # a template that cannot render this part alone: no pin here
-                end = None
-            if end:
-                out.append((name or "cache_control:" + tokens_sha256(tokens[:end])[:16], end, ttl))
-    return tuple(out)
-
-
-def _grammar(model, spec: tools.ToolSpec) -> Grammar | None:
-    """The grammar the answer is held to, compiled once against the model's vocabulary (the first one
-    builds llguidance's view of it: about 2 s for 262K tokens); a schema that does not compile is a 400
-    naming response_format or tools, whichever holds it."""
-    try:
-        return Grammar.lark(model, tools.grammar_lark(spec, styled))
-    except GrammarError as exc:
-        try:  # which part failed: the response_format schema alone, or else a tool's parameters
-            if spec.json_schema is not None:
-                Grammar.json_schema(model, spec.json_schema)
-        except GrammarError as own:
-            message = f"the response_format schema does not compile: {own}"
-            raise api.bad("response_format", message, "invalid_schema") from None
-        raise api.bad("tools", f"a tool's parameters do not compile: {exc}", "invalid_schema") from None
-
-
 def build_app(server: Server) -> Starlette:
     async def not_found(request: Request, exc: HTTPException) -> Response:
         return error_response(
@@ -370,7 +365,9 @@ def build_app(server: Server) -> Starlette:
         Route("/v1/chat/completions", server.chat, methods=["POST"]),
         Route("/v1/completions", server.completions, methods=["POST"]),
         Route("/v1/messages", server.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", server.count_tokens, methods=["POST"]),
         Route("/v1/responses", server.responses_, methods=["POST"]),
+        Route("/apply-template", server.apply_template, methods=["POST"]),
         Route("/metrics", server.metrics_text),
     ]
     middleware = []

@@ -11,8 +11,7 @@ as Anthropic's stream events (`message_start`, `content_block_start`, `content_b
     tools[]                 {name, description, input_schema}  -> function tools
     tool_choice             auto / any / tool {name} / none    -> auto / required / named / none
     max_tokens              required, as Anthropic requires it
-    stop_sequences, temperature (0..1), top_p, stream, metadata (ignored)
-    top_k                   refused (not applied here)
+    stop_sequences, temperature (0..1), top_p, top_k, stream, metadata (ignored)
 
 `cache_control` on a block pins the prefix up to the end of the message holding it (a system block: the
 system prompt) by name, kept across restarts past the cache budget for its time to live (library/
@@ -130,8 +129,6 @@ def _tool_choice(tc):
 def parse(body) -> api.CompletionRequest:
     if not isinstance(body, dict):
         raise bad(None, "the request body must be a JSON object")
-    if body.get("top_k") is not None:
-        raise bad("top_k", "'top_k' is not supported by this server", "unsupported_parameter")
     if not isinstance(body.get("max_tokens"), int) or isinstance(body.get("max_tokens"), bool):
         raise bad("max_tokens", "'max_tokens' is required: an integer of at least 1")
     chat: dict = {"model": body.get("model"), "max_tokens": body["max_tokens"], "stream": body.get("stream", False)}
@@ -142,7 +139,7 @@ def parse(body) -> api.CompletionRequest:
         if pin is not None:
             msgs[0]["cache_control"] = pin
     chat["messages"] = msgs + _messages(body.get("messages"))
-    for name in ("temperature", "top_p"):
+    for name in ("temperature", "top_p", "top_k"):
         if body.get(name) is not None:
             chat[name] = body[name]
     t = body.get("temperature")
@@ -164,7 +161,7 @@ def parse(body) -> api.CompletionRequest:
 
 # -- the answer ----------------------------------------------------------------------------------
 def _blocks(req, done: dict) -> tuple[list[dict], str, str | None]:
-    parsed = tools.parse_answer(done["text"], req.tools)
+    parsed = tools.parse_answer(done["text"], req.tools, cut=api.finish_reason(done["stop_reason"]) == "length")
     blocks = [{"type": "text", "text": parsed.content}] if parsed.content else []
     for c in parsed.calls:
         use_id = "toolu_" + c["id"][len("call_") :]

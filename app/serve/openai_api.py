@@ -3,7 +3,8 @@
 A request is parsed into a `CompletionRequest` or refused with an `ApiError` naming the field (a 400;
 the official `openai` client reads `{"error": {"message", "type", "param", "code"}}`). Unknown fields
 are ignored, as the other local servers do; a known field this server does not apply (`n` other than 1,
-a penalty, `logit_bias`, images) is refused by name, never accepted and ignored. Tools and
+`logit_bias`, llama-server's samplers other than top-k, min-p and the penalties, images) is refused by
+name, never accepted and ignored. Tools and
 `response_format` are parsed by app/serve/tools.py. A chat whose last message is the assistant's is a
 reply to continue (a prefilled start): the answer is what follows it.
 """
@@ -18,14 +19,23 @@ from dataclasses import dataclass, field
 
 from kvgraft.app.serve.api_errors import ApiError, bad
 from kvgraft.app.serve.tools import ToolSpec, parse_tools
-from kvgraft.engine.sampling import MAX_TOP_LOGPROBS, SamplingParams, TokenLogprob
+from kvgraft.engine.sampling import DEFAULT_LAST_N, MAX_TOP_LOGPROBS, SamplingParams, TokenLogprob
 from kvgraft.library.cache_pins import DEFAULT_TTL_S, MAX_TTL_S
 
 __all__ = ["ApiError", "bad", "CompletionRequest", "parse_request"]
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
-# known sampling fields this server does not apply: refused unless they ask for nothing
-REFUSED = {"frequency_penalty": 0, "presence_penalty": 0, "logit_bias": {}}
+# known sampling fields (OpenAI's, llama-server's) this server does not apply: refused unless they ask for nothing
+REFUSED = {
+    "logit_bias": {},
+    "typical_p": 1,
+    "mirostat": 0,
+    "tfs_z": 1,
+    "dry_multiplier": 0,
+    "xtc_probability": 0,
+    "dynatemp_range": 0,
+    "top_n_sigma": -1,
+}
 MAX_STOPS = 4
 
 
@@ -183,7 +193,7 @@ def parse_request(body, chat: bool) -> CompletionRequest:
     if top_p == 0.0:
         raise bad("top_p", "'top_p' must be greater than 0")
     seed = _int(body, "seed", -(2**63), 2**64 - 1)
-    req.sampling = SamplingParams(temperature=temperature, top_p=top_p, seed=None if seed is None else seed % 2**63)
+    req.sampling = sampling_params(body, temperature, top_p, None if seed is None else seed % 2**63)
     stop = body.get("stop")
     if stop is None:
         stops: list = []
@@ -213,6 +223,30 @@ def parse_request(body, chat: bool) -> CompletionRequest:
         lp = _int(body, "logprobs", 0, MAX_TOP_LOGPROBS)
         req.top_logprobs = lp
     return req
+
+
+def sampling_params(body: dict, temperature: float, top_p: float, seed: int | None) -> SamplingParams:
+    """The sampler's fields, with llama.cpp's names and meanings (engine/sampling.py)."""
+    top_k = _int(body, "top_k", -1)
+    last_n = _int(body, "repeat_last_n", -1, 1 << 20)
+    return SamplingParams(
+        temperature=temperature,
+        top_p=top_p,
+        seed=seed,
+        top_k=max(top_k or 0, 0),  # llama.cpp: 0 or less is every token
+        min_p=_number(body, "min_p", 0.0, 1.0, 0.0),
+        repeat_penalty=_positive(body, "repeat_penalty", 10.0, 1.0),
+        frequency_penalty=_number(body, "frequency_penalty", -2.0, 2.0, 0.0),
+        presence_penalty=_number(body, "presence_penalty", -2.0, 2.0, 0.0),
+        repeat_last_n=DEFAULT_LAST_N if last_n is None else last_n,
+    )
+
+
+def _positive(body: dict, name: str, hi: float, default: float) -> float:
+    v = _number(body, name, 0.0, hi, default)
+    if v == 0:
+        raise bad(name, f"'{name}' must be greater than 0 (1 is none)")
+    return v
 
 
 def _tool_calls(calls, i: int) -> list[dict]:

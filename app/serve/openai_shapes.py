@@ -49,7 +49,7 @@ def whole_body(server, req, done: dict, prep) -> dict:
     model = server.worker.service.engine.model
     reason = api.finish_reason(done["stop_reason"])
     if req.chat:
-        parsed = tools.parse_answer(done["text"], req.tools)
+        parsed = tools.parse_answer(done["text"], req.tools, cut=api.finish_reason(done["stop_reason"]) == "length")
         message = {"role": "assistant", "content": parsed.content}
         if parsed.calls:
             message["tool_calls"], reason = parsed.calls, "tool_calls"
@@ -125,7 +125,9 @@ async def stream_events(server, req, job, events):
                 reason = api.finish_reason(done["stop_reason"])
                 tail = waiting + done["tail_logprobs"]
                 if hold:
-                    parsed = tools.parse_answer(done["text"], req.tools)
+                    parsed = tools.parse_answer(
+                        done["text"], req.tools, cut=api.finish_reason(done["stop_reason"]) == "length"
+                    )
                     if parsed.calls:
                         for i, call in enumerate(parsed.calls):
                             yield chunk({"tool_calls": [{"index": i, **call}]}, [])

@@ -165,7 +165,7 @@ def parser(server):
 
 # -- the answer ----------------------------------------------------------------------------------
 def _output(req, done: dict) -> list[dict]:
-    parsed = tools.parse_answer(done["text"], req.tools)
+    parsed = tools.parse_answer(done["text"], req.tools, cut=api.finish_reason(done["stop_reason"]) == "length")
     out = []
     if parsed.content:
         part = {"type": "output_text", "text": parsed.content, "annotations": []}

@@ -14,6 +14,7 @@ import logging
 import re
 import shutil
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -25,7 +26,7 @@ from kvgraft.app.packs.trust import trust_store
 from kvgraft.app.serve.http import Server, ServerConfig, build_app
 from kvgraft.app.serve.schedule import BLOCK
 from kvgraft.app.serve.shared_cache import SharedCache
-from kvgraft.app.serve.worker import EngineWorker
+from kvgraft.app.serve.worker import EngineWorker, request_line
 from kvgraft.app.service import LibraryService, open_library
 
 log = logging.getLogger(__name__)
@@ -94,9 +95,23 @@ def check_options(opts: ServeOptions) -> None:
 
 
 def make_worker(settings: Settings, home: Path, opts: ServeOptions, on_message: Callable[[str], None]) -> EngineWorker:
+    t0 = time.monotonic()
+
     def open_service() -> LibraryService:
+        on_message(f"loading the model ({settings.model or 'the embedded 270M'}) ...")
         engine = open_engine(settings, on_progress=on_message)
+        on_message(
+            f"loaded {engine.model.info.name} in {time.monotonic() - t0:.1f} s; the invariance probe "
+            "(is every batching's output the same bits? computed on a first start, then cached) ..."
+        )
+        t1 = time.monotonic()
+        engine.fingerprint  # noqa: B018  (runs or reads the probe now, not in the first request)
+        verdict = "batch-invariant" if engine.batch_invariant else "not batch-invariant: prompts go in aligned blocks"
+        on_message(f"probe: {verdict} ({time.monotonic() - t1:.1f} s)")
         return LibraryService(engine, open_library(home))
+
+    def ready() -> None:
+        on_message(f"ready in {time.monotonic() - t0:.1f} s")
 
     shared = None
     if opts.remote is not None:
@@ -111,7 +126,20 @@ def make_worker(settings: Settings, home: Path, opts: ServeOptions, on_message: 
                 lookup_ms=opts.lookup_ms,
             )
 
-    return EngineWorker(open_service, opts.budget_bytes or 0, opts.block, opts.queue_size, shared)
+    return EngineWorker(
+        open_service,
+        opts.budget_bytes or 0,
+        opts.block,
+        opts.queue_size,
+        shared,
+        on_request=lambda r: on_message(request_line(r)),
+        on_ready=ready,
+    )
+
+
+def answered_line(r: dict) -> str:
+    """The log line of a request answered without a job (the model list, a refusal before one ran)."""
+    return f"{r['method']} {r['path']} {r['status']}" + (f": {r['message']}" if r.get("message") else "")
 
 
 def serve(settings: Settings, home: Path, opts: ServeOptions, say: Callable[[str], None], log_level: str) -> dict:
@@ -131,6 +159,7 @@ def serve(settings: Settings, home: Path, opts: ServeOptions, say: Callable[[str
             max_body_bytes=opts.max_body_bytes,
             time_limit_s=opts.time_limit_s,
             cors_origins=opts.cors_origins,
+            on_answered=lambda r: say(answered_line(r)),
         ),
     )
     config = uvicorn.Config(

@@ -264,10 +264,11 @@ class Parsed:
     calls: list[dict]  # OpenAI's tool_calls: {id, type, function: {name, arguments (a JSON string)}}
 
 
-def parse_answer(text: str, spec: ToolSpec) -> Parsed:
+def parse_answer(text: str, spec: ToolSpec, cut: bool = False) -> Parsed:
     """The calls in a reply, or the reply as text where it holds none or one does not parse. Besides the
     tags, a reply that is nothing but a call's JSON object (or a list of them), fenced as ```json or
-    not, is a call: small models write that where they forget the tags."""
+    not, is a call: small models write that where they forget the tags. A reply `cut` by max_tokens
+    keeps the calls it completed before the one that was cut."""
     if not spec.active:
         return Parsed(text, [])
     names = {t["name"] for t in spec.tools}
@@ -285,6 +286,8 @@ def parse_answer(text: str, spec: ToolSpec) -> Parsed:
     calls, i = [], at
     decoder = json.JSONDecoder()
     while i < len(text):  # tags, each around one JSON object, with nothing but whitespace between them
+        if cut and calls and CLOSE not in text[i:] and (text.startswith(OPEN, i) or OPEN.startswith(text[i:])):
+            break  # the last call was cut by max_tokens: the complete ones before it stand
         if not text.startswith(OPEN, i):
             return Parsed(text, [])
         j = _skip_space(text, i + len(OPEN))

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from kvgraft.app.answer.stream import TextStream
+from kvgraft.app.core.jobs import Cancelled as JobCancelled
 from kvgraft.app.core.jobs import Errored, Event, JobThread, Returned, Yielded, run_job
 from kvgraft.app.serve.prompt_cache import MAX_PENDING, PromptCache
 from kvgraft.app.service import LibraryService
@@ -61,6 +62,7 @@ class ServeJob:
     grammar: object = None  # engine.constraint.Grammar the answer is held to (tools, response_format)
     pins: tuple = ()  # (name, length, ttl_s): prefixes a client asked to keep (library/cache_pins.py)
     name: str = "request"
+    path: str = ""  # the endpoint that asked (for the request's log line)
 
 
 def refuse(jobs: list) -> None:
@@ -79,11 +81,14 @@ class EngineWorker(JobThread):
         block: int,
         queue_size: int = 16,
         shared: Callable[[LibraryService], object] | None = None,
+        on_request: Callable[[dict], None] | None = None,
+        on_ready: Callable[[], None] | None = None,
     ) -> None:
         super().__init__("kvgraft-engine", queue_size)
         self._open_service = open_service
         self._shared = shared  # makes the fleet's shared cache (app/serve/shared_cache.py), `serve --remote`
         self._budget, self._block = budget_bytes, block
+        self._on_request, self._on_ready = on_request, on_ready  # told on this thread: keep them quick
         self.service: LibraryService | None = None
         self.cache: PromptCache | None = None
         self.stopped_with: dict = {}
@@ -103,9 +108,13 @@ class EngineWorker(JobThread):
         if self._shared is not None:
             self.cache.remote = self._shared(self.service)
         self.cache.warm_up()  # the context is made now, not in the first request's time to first token
+        if self._on_ready is not None:
+            self._on_ready()
 
     def run(self, job: ServeJob) -> None:
-        serve_job(self.cache, job)
+        record = serve_recorded(self.cache, job)
+        if self._on_request is not None:
+            self._on_request(record)
 
     def has_idle_work(self) -> bool:
         return bool(self.cache.pending)
@@ -142,6 +151,50 @@ def store_one(cache: PromptCache) -> bool:
     except (EngineError, LibraryError, OSError) as exc:  # a cache store is an optimisation: log, go on
         log.warning("an automatic state was not stored: %s", exc)
         return True
+
+
+def serve_recorded(cache: PromptCache, job: ServeJob) -> dict:
+    """`serve_job`, and what it did as one record: {path, status ("ok", an error's code, "cancelled"),
+    prompt_tokens, cached_tokens, source, entry_id, completion_tokens, ms}."""
+    seen: dict = {"status": "cancelled"}
+    emit = job.emit
+
+    def recorded(event: Event) -> None:
+        if isinstance(event, Yielded) and not isinstance(event.value, Text):
+            seen["prepared"] = event.value
+        elif isinstance(event, Returned):
+            seen.update(status="ok", completion_tokens=event.value["completion_tokens"])
+        elif isinstance(event, Errored):
+            seen["status"] = event.code
+        elif isinstance(event, JobCancelled):
+            seen["status"] = "cancelled"
+        emit(event)
+
+    job.emit = recorded
+    t0 = time.perf_counter()
+    try:
+        serve_job(cache, job)
+    finally:
+        job.emit = emit
+    prep = seen.get("prepared")
+    return {
+        "path": job.path,
+        "status": seen["status"],
+        "prompt_tokens": prep.prompt_tokens if prep else len(job.tokens),
+        "cached_tokens": prep.cached_tokens if prep else 0,
+        "source": prep.source if prep else None,
+        "entry_id": prep.entry_id if prep else None,
+        "completion_tokens": seen.get("completion_tokens", 0),
+        "ms": round((time.perf_counter() - t0) * 1e3, 1),
+    }
+
+
+def request_line(r: dict) -> str:
+    """A request's log line: `POST /v1/chat/completions ok: prompt 812 tokens (790 cached), reply 24, 1234 ms`."""
+    return (
+        f"POST {r['path'] or '(request)'} {r['status']}: prompt {r['prompt_tokens']} tokens "
+        f"({r['cached_tokens']} cached), reply {r['completion_tokens']}, {r['ms']:.0f} ms"
+    )
 
 
 def serve_job(cache: PromptCache, job: ServeJob) -> None:
