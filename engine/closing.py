@@ -4,7 +4,8 @@
 most `limit` tokens, on a copy of llguidance's matcher (the state it is asked about is never moved):
 the tokens the grammar forces are taken as they are (`compute_ff_tokens`), and where it leaves a
 choice, the first allowed of a fixed list of closers (`"}`, `"]`, `}`, `]`, `"`, then the shortest
-values `""`, `0`, `[]`, `{}`, `null`, ..., then `,`), else the shortest allowed token. It is greedy, so
+values `""`, `0`, `[]`, `{}`, `null`, ..., then `,`; inside a string, where `}` is a character, what
+ends the string comes first), else the shortest allowed token. It is greedy, so
 a path it finds is an upper bound on the shortest one, not always the shortest.
 
 The decode loop (engine/decoding.py, through `Constraint.within`) keeps one such path from the current
@@ -28,6 +29,7 @@ CLOSERS = (
     + tuple(v for value in _VALUES for v in (value, b" " + value))
     + (b" ", b",", b", ", b'", ', b'",')  # " ": the separator's space before a digit
 )
+IN_STRING = (b'"}', b'"]', b'",', b'", ', b'"')  # inside a string "}" is a character, not a closer
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class VocabFacts:
 
     lengths: np.ndarray
     closers: tuple[int, ...]
+    in_string: tuple[int, ...] = ()  # what ends a string, tried first where a string is open
+    probe: int | None = None  # "Q": allowed only inside a string (JSON spells nothing else with it)
 
     @classmethod
     def from_pieces(cls, pieces: list[bytes], control: list[bool]) -> "VocabFacts":
@@ -47,7 +51,9 @@ class VocabFacts:
         for i, (p, c) in enumerate(zip(pieces, control, strict=True)):
             if not c and p in CLOSERS and p not in found:
                 found[p] = i
-        return cls(lengths.astype(np.int32), tuple(found[c] for c in CLOSERS if c in found))
+        probe = next((i for i, (p, c) in enumerate(zip(pieces, control, strict=True)) if p == b"Q" and not c), None)
+        ids = tuple(found[c] for c in CLOSERS if c in found)
+        return cls(lengths.astype(np.int32), ids, tuple(found[c] for c in IN_STRING if c in found), probe)
 
 
 def close_path(matcher, facts: VocabFacts, bits: np.ndarray, limit: int) -> list[int] | None:
@@ -68,7 +74,9 @@ def close_path(matcher, facts: VocabFacts, bits: np.ndarray, limit: int) -> list
         m.unsafe_compute_mask_ptr(bits.ctypes.data, bits.nbytes)
         if m.is_error():
             return None
-        tok = next((t for t in facts.closers if (bits[t >> 5] >> (t & 31)) & 1), None)
+        allowed = lambda t: (bits[t >> 5] >> (t & 31)) & 1  # noqa: E731
+        first = facts.in_string if facts.probe is not None and allowed(facts.probe) else ()
+        tok = next((t for t in (*first, *facts.closers) if allowed(t)), None)
         if tok is None:
             ok = np.unpackbits(bits.view(np.uint8), bitorder="little")[:n].astype(bool)
             if not ok.any():

@@ -84,6 +84,9 @@ def test_a_format_without_tools_gets_the_generic_prompt():
         ('{"name": "get_weather", "arguments": {}, "extra": 1}', 0, "same"),
         ('{"city": "Oslo"}', 0, "same"),
         ('{{"name": "get_weather", "arguments": {"city": "Oslo"}}}', 1, None),  # Qwen2.5's template's {{...}}
+        ('{{"name": "get_weather", "arguments": {"city": "Oslo"}}', 1, None),  # the 1.5B closes it once
+        ('{{"name": "get_weather", "arguments": {"city": "Oslo"}}}}', 1, None),  # ... or twice
+        ('{{"name": "get_weather", "arguments": {"city": "Oslo"}}} and so on', 0, "same"),
         ('<tool_call>\n{{"name": "get_weather", "arguments": {}}}\n</tool_call>', 1, None),
         ('{"name": {"first": "Ada"}, "age": 36}', 0, "same"),  # a name that is not a string
         ('<tool_call>{"name": ["x"], "arguments": {}}</tool_call>', 0, "same"),

@@ -275,12 +275,12 @@ def parse_answer(text: str, spec: ToolSpec, cut: bool = False) -> Parsed:
     at = text.find(OPEN)
     if at < 0:
         bare = FENCE.sub(r"\1", text.strip())
-        if bare.startswith("{{") and bare.endswith("}}"):  # Qwen2.5's template shows a call as {{...}}
-            bare = bare[1:-1]
         try:
             obj = json.loads(bare)
         except ValueError:
-            return Parsed(text, [])
+            obj = _doubled(bare)
+            if obj is None:
+                return Parsed(text, [])
         calls = [_call(o, names) for o in (obj if isinstance(obj, list) else [obj])]
         return Parsed(None, calls) if calls and all(calls) else Parsed(text, [])
     calls, i = [], at
@@ -307,6 +307,18 @@ def parse_answer(text: str, spec: ToolSpec, cut: bool = False) -> Parsed:
         calls.append(call)
         i = _skip_space(text, i + len(CLOSE))
     return Parsed(text[:at].strip() or None, calls)
+
+
+def _doubled(bare: str):
+    """A call written as Qwen2.5's template shows one, `{{...}}`: the object inside the first brace, with
+    only closing braces after it (small models write two, one or four of them), else None."""
+    if not bare.startswith("{{"):
+        return None
+    try:
+        obj, end = json.JSONDecoder().raw_decode(bare, 1)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) and set(bare[end:]) <= {"}"} else None
 
 
 def _skip_space(text: str, i: int) -> int:
