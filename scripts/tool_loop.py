@@ -119,6 +119,8 @@ async def agents_sdk(base: str, responses: bool) -> tuple[int, str | None]:
         result = await Runner.run(agent, QUESTION, max_turns=4)
     except MaxTurnsExceeded:
         return len(calls), None
+    finally:
+        await client.close()
     return len(calls), str(result.final_output)
 
 

@@ -142,6 +142,14 @@ def test_auto_answers_text_or_calls_and_takes_a_history_of_calls_and_results(cli
         else:
             assert choice.finish_reason in ("stop", "length") and not choice.message.tool_calls
             assert isinstance(choice.message.content, str)
+        if tool_choice == "auto":  # the loop guard: never the call whose result is in the history again
+            asked = [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls or []]
+            assert ("get_weather", {"city": "Paris", "unit": "c"}) not in asked
+            streamed = client.chat.completions.create(
+                model="any", messages=history, tools=TOOLS, max_tokens=40, stream=True
+            )
+            text = "".join(ch.choices[0].delta.content or "" for ch in streamed if ch.choices)
+            assert text == (choice.message.content or "")  # what streamed is what the whole answer says
 
 
 def test_response_format_json_schema_validates_and_json_object_parses(client):

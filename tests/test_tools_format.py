@@ -113,6 +113,31 @@ def test_a_reply_cut_by_max_tokens_keeps_the_calls_it_completed():
     assert tools.parse_answer(one + " and then text", spec, cut=True).calls == []  # text after a call
 
 
+def test_the_loop_guard_knows_the_calls_answered_and_their_repeats():
+    from kvgraft.app.serve.prompt import answered_calls
+    from kvgraft.app.serve.worker import ServeJob, repeats_answered
+
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+    history = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "12 degrees"},
+    ]
+    req = parse_request({**BODY, "messages": history}, chat=True)
+    answered = answered_calls(req)
+    assert len(answered) == 1
+    assert answered_calls(parse_request({**BODY, "messages": history[:2] + [history[0]]}, chat=True)) == frozenset()
+    forced = parse_request({**BODY, "messages": history, "tool_choice": "required"}, chat=True)
+    assert answered_calls(forced) == frozenset()  # a client that asks for a call gets one
+    job = ServeJob(tokens=[1], max_tokens=8, emit=lambda e: None, tools=req.tools, answered=answered)
+    same = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    assert repeats_answered(same, job) and repeats_answered(
+        '{"arguments": {"city": "Oslo"}, "name": "get_weather"}', job
+    )
+    assert not repeats_answered(same.replace("Oslo", "Lima"), job)  # another city: a new call
+    assert not repeats_answered("It is 12 degrees in Oslo.", job)
+
+
 def test_content_streams_up_to_a_calls_tag():
     assert tools.held_back("Sure. <tool") == len("Sure.")
     assert tools.held_back("Sure. <tool_call>\n{") == len("Sure.")

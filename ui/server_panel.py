@@ -31,7 +31,7 @@ HOST = "127.0.0.1"
 def log_line(r: dict) -> str:
     """One request, in words: '12:01:05  ok  812 prompt tokens, 780 cached (library #4) - 24 generated - 530 ms',
     or one answered without a job: '12:01:04  401  POST /v1/chat/completions: a wrong API key'."""
-    if "path" in r:
+    if "method" in r:  # answered without a job (a job's record has no method: every job is a POST)
         said = f": {r['message']}" if r.get("message") else ""
         return f"{time.strftime('%H:%M:%S')}  {r['status']}  {r['method']} {r['path']}{said}"
     where = {"library": f"library #{r['entry_id']}", "warm": "warm context", "cold": "none cached"}.get(

@@ -318,6 +318,8 @@ class Server:
             # a conversation: its reply's state is worth storing (a stored response will be gone on from)
             continues=req.chat
             and (any(m["role"] == "assistant" for m in req.messages) or bool(req.extra.get("store"))),
+            tools=spec,
+            answered=prompt.answered_calls(req),
         )
         return job, events
 

@@ -15,6 +15,7 @@ once does not wait for a store and a steady stream of requests does not starve t
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -24,13 +25,16 @@ from typing import Callable
 from kvgraft.app.answer.stream import TextStream
 from kvgraft.app.core.jobs import Cancelled as JobCancelled
 from kvgraft.app.core.jobs import Errored, Event, JobThread, Returned, Yielded, run_job
+from kvgraft.app.serve import tools
 from kvgraft.app.serve.prompt_cache import MAX_PENDING, PromptCache
 from kvgraft.app.service import LibraryService
+from kvgraft.engine.constraint import Grammar
 from kvgraft.engine.errors import Cancelled, EngineError
 from kvgraft.engine.sampling import Sampler, SamplingParams, TokenLogprob, token_logprob
 from kvgraft.library.errors import LibraryError
 
 log = logging.getLogger(__name__)
+NO_CALL = r"start: /[^\s{<\[`][\s\S]*/"  # Lark (llguidance): a first character that cannot begin a call
 
 IDLE_S = 0.3  # no request for this long: the engine thread stores a captured state
 LONG_PREFILL = 256  # a store (~0.1 s) per this many tokens a request prefilled is a small share of it: at once
@@ -63,6 +67,10 @@ class ServeJob:
     pins: tuple = ()  # (name, length, ttl_s): prefixes a client asked to keep (library/cache_pins.py)
     name: str = "request"
     path: str = ""  # the endpoint that asked (for the request's log line)
+    tools: object = None  # app.serve.tools.ToolSpec: how the answer is parsed into calls
+    # `call_key`s of the calls the conversation holds with their results (tool_choice auto): an answer
+    # that only repeats them is decoded again as text (docs/agents.md, "What ends a loop")
+    answered: frozenset = frozenset()
 
 
 def refuse(jobs: list) -> None:
@@ -164,6 +172,7 @@ def serve_recorded(cache: PromptCache, job: ServeJob) -> dict:
             seen["prepared"] = event.value
         elif isinstance(event, Returned):
             seen.update(status="ok", completion_tokens=event.value["completion_tokens"])
+            seen["guarded"] = bool(event.value.get("guarded"))
         elif isinstance(event, Errored):
             seen["status"] = event.code
         elif isinstance(event, JobCancelled):
@@ -186,6 +195,7 @@ def serve_recorded(cache: PromptCache, job: ServeJob) -> dict:
         "entry_id": prep.entry_id if prep else None,
         "completion_tokens": seen.get("completion_tokens", 0),
         "ms": round((time.perf_counter() - t0) * 1e3, 1),
+        "guarded": seen.get("guarded", False),  # a repeated call was answered as text instead
     }
 
 
@@ -194,6 +204,7 @@ def request_line(r: dict) -> str:
     return (
         f"POST {r['path'] or '(request)'} {r['status']}: prompt {r['prompt_tokens']} tokens "
         f"({r['cached_tokens']} cached), reply {r['completion_tokens']}, {r['ms']:.0f} ms"
+        + ("; a call already answered was asked again: answered as text" if r.get("guarded") else "")
     )
 
 
@@ -231,14 +242,43 @@ def _decode(cache: PromptCache, job: ServeJob) -> dict:
     )
     job.emit(Yielded(job.name, prep))
     session = cache.session
-    room = session.n_ctx - session.n_past
+    prompt_n = session.n_past
+    room = session.n_ctx - prompt_n
     max_tokens = room if job.max_tokens is None else min(job.max_tokens, room)
+    grammar = job.grammar
+    # the guard decodes the prompt's last token again, which moves no bits only on a batch-invariant engine
+    guard = bool(job.answered) and session.engine.batch_invariant and prompt_n > 1
+    done = _answer(session, job, max_tokens, grammar, check, guarded=guard)
+    if guard and repeats_answered(done["text"], job):
+        # the answer only repeats calls whose results the conversation holds: answered from them instead
+        log.info("a call already answered was asked again: the reply is decoded as text")
+        last = session.tokens[prompt_n - 1]
+        session.trim(prompt_n - 1)
+        session.decode_one(last)  # the prompt's last logits again, for the second answer
+        done = _answer(session, job, max_tokens, no_call_grammar(session.engine.model), check, guarded=False)
+        done["guarded"] = True
+    return done
+
+
+def _answer(session, job: ServeJob, max_tokens: int, grammar, check, guarded: bool) -> dict:
+    """Decode one answer, its pieces streamed; while `guarded` and the answer may still be a call, its
+    pieces wait (a repeated call is decoded again, and what was held is dropped)."""
     lps: list[TokenLogprob] = []
     sent = [0]
+    held: list | None = [] if guarded else None
 
     def on_text(piece: str) -> None:
-        job.emit(Yielded(job.name, Text(piece, lps[sent[0] :])))
+        nonlocal held
+        event = Yielded(job.name, Text(piece, lps[sent[0] :]))
         sent[0] = len(lps)
+        if held is not None:
+            held.append(event)
+            if tools.held_back(stream.shown) > 0:  # text before any call: not a repeat, shown from here
+                for e in held:
+                    job.emit(e)
+                held = None
+        else:
+            job.emit(event)
         check()
 
     stream = TextStream(session.engine.model, on_text, job.stops, strip=job.strip)
@@ -257,14 +297,14 @@ def _decode(cache: PromptCache, job: ServeJob) -> dict:
         on_token=on_token,
         sampler=Sampler(job.sampling),
         lookup=0 if job.top_logprobs is not None else None,
-        constraint=job.grammar.matcher() if job.grammar is not None else None,
+        constraint=grammar.matcher() if grammar is not None else None,
     )
     text = gen.text.strip() if job.strip else gen.text
     if job.cancel.is_set():
         raise Cancelled("the client went away")
     stream.finish(text)
     timed_out = gen.stop_reason == "callback"
-    return {
+    done = {
         "text": text,
         "completion_tokens": len(gen.tokens),
         "stop_reason": "max_tokens" if timed_out else gen.stop_reason,
@@ -273,3 +313,30 @@ def _decode(cache: PromptCache, job: ServeJob) -> dict:
         "tail_logprobs": lps[sent[0] :],
         "constraint": gen.constraint,
     }
+    if held is not None and not repeats_answered(text, job):
+        for e in held:  # not a repeat after all: what waited goes out
+            job.emit(e)
+    return done
+
+
+def call_key(name: str, arguments) -> str:
+    """A call as the loop guard compares them: its name and its arguments, keys sorted."""
+    return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False)
+
+
+def repeats_answered(text: str, job: ServeJob) -> bool:
+    """The answer is calls only, each one the conversation already holds with its result."""
+    parsed = tools.parse_answer(text, job.tools)
+    return (
+        bool(parsed.calls)
+        and parsed.content is None
+        and all(
+            call_key(c["function"]["name"], json.loads(c["function"]["arguments"])) in job.answered
+            for c in parsed.calls
+        )
+    )
+
+
+def no_call_grammar(model):
+    """Text that does not begin as a call (the tags, a JSON object or list, a code fence)."""
+    return Grammar.lark(model, NO_CALL)
