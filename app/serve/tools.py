@@ -144,10 +144,8 @@ def _tool(t, i: int) -> dict:
         params = EMPTY_PARAMS
     if not isinstance(params, dict):
         raise bad(f"{where}.function.parameters", f"{where}.function.parameters must be a JSON schema object")
-    out = {"name": name, "parameters": params}
-    if desc:
-        out["description"] = desc
-    return out
+    # the client's order (name, description, parameters), as the template renders it with tojson
+    return {"name": name, **({"description": desc} if desc else {}), "parameters": params}
 
 
 def _response_format(rf) -> dict | None:
