@@ -74,9 +74,8 @@ def close_path(matcher, facts: VocabFacts, bits: np.ndarray, limit: int) -> list
         m.unsafe_compute_mask_ptr(bits.ctypes.data, bits.nbytes)
         if m.is_error():
             return None
-        allowed = lambda t: (bits[t >> 5] >> (t & 31)) & 1  # noqa: E731
-        first = facts.in_string if facts.probe is not None and allowed(facts.probe) else ()
-        tok = next((t for t in (*first, *facts.closers) if allowed(t)), None)
+        first = facts.in_string if facts.probe is not None and _allowed(bits, facts.probe) else ()
+        tok = next((t for t in (*first, *facts.closers) if _allowed(bits, t)), None)
         if tok is None:
             ok = np.unpackbits(bits.view(np.uint8), bitorder="little")[:n].astype(bool)
             if not ok.any():
@@ -87,3 +86,8 @@ def close_path(matcher, facts: VocabFacts, bits: np.ndarray, limit: int) -> list
             return None
         path.append(tok)
     return path
+
+
+def _allowed(bits: np.ndarray, token: int) -> bool:
+    """Whether llguidance's mask (32 tokens a word, lowest bit first) allows `token`."""
+    return bool((bits[token >> 5] >> (token & 31)) & 1)

@@ -157,6 +157,7 @@ class Constraint:
         self._n = n
         self._bits = np.zeros((n + 31) // 32, dtype=np.int32)
         self._scratch = np.zeros_like(self._bits)
+        self._facts = vocab_facts(grammar.model)  # built with the vocabulary the grammar was checked against
         self._plan: list[int] | None = None  # a path that closes the grammar from here (engine/closing.py)
 
     def allowed(self, logits: np.ndarray) -> np.ndarray:
@@ -172,25 +173,23 @@ class Constraint:
     def shortest(self, limit: int) -> int | None:
         """How many tokens the closer needs to take this state to one the grammar accepts (None: not
         within `limit`): an upper bound on the shortest answer from here (engine/closing.py)."""
-        path = close_path(self._m, vocab_facts(self.grammar.model), self._scratch, limit)
+        path = close_path(self._m, self._facts, self._scratch, limit)
         return None if path is None else len(path)
 
     def within(self, token: int, room: int) -> int:
         """The token to take with `room` tokens left, this one included: the model's masked choice
         `token` where the grammar can still be closed in room - 1 tokens after it, else the next token of
         the path that closes it from here (so the answer parses when the budget ends)."""
-        model = self.grammar.model
-        if model.is_eog(token) and self._m.is_accepting():
+        if self.grammar.model.is_eog(token) and self._m.is_accepting():
             return token
-        facts = vocab_facts(model)
         if self._plan is None:
-            self._plan = close_path(self._m, facts, self._scratch, room) or []
+            self._plan = close_path(self._m, self._facts, self._scratch, room) or []
         if self._plan and self._plan[0] == token:
             self._plan = self._plan[1:]
             return token
         after = self._m.deep_copy()
         if after.consume_token(int(token)):
-            path = close_path(after, facts, self._scratch, room - 1)
+            path = close_path(after, self._facts, self._scratch, room - 1)
             if path is not None:
                 self._plan = path
                 return token

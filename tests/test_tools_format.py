@@ -114,8 +114,7 @@ def test_a_reply_cut_by_max_tokens_keeps_the_calls_it_completed():
 
 
 def test_the_loop_guard_knows_the_calls_answered_and_their_repeats():
-    from kvgraft.app.serve.prompt import answered_calls
-    from kvgraft.app.serve.worker import ServeJob, repeats_answered
+    from kvgraft.app.serve.tools import answered_calls, repeats_answered
 
     call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
     history = [
@@ -124,18 +123,18 @@ def test_the_loop_guard_knows_the_calls_answered_and_their_repeats():
         {"role": "tool", "tool_call_id": "c1", "content": "12 degrees"},
     ]
     req = parse_request({**BODY, "messages": history}, chat=True)
-    answered = answered_calls(req)
+    answered = answered_calls(req.messages, req.tools)
     assert len(answered) == 1
-    assert answered_calls(parse_request({**BODY, "messages": history[:2] + [history[0]]}, chat=True)) == frozenset()
+    unanswered = parse_request({**BODY, "messages": history[:2] + [history[0]]}, chat=True)
+    assert answered_calls(unanswered.messages, unanswered.tools) == frozenset()
     forced = parse_request({**BODY, "messages": history, "tool_choice": "required"}, chat=True)
-    assert answered_calls(forced) == frozenset()  # a client that asks for a call gets one
-    job = ServeJob(tokens=[1], max_tokens=8, emit=lambda e: None, tools=req.tools, answered=answered)
+    assert answered_calls(forced.messages, forced.tools) == frozenset()  # a client that asks for a call gets one
     same = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
-    assert repeats_answered(same, job) and repeats_answered(
-        '{"arguments": {"city": "Oslo"}, "name": "get_weather"}', job
+    assert repeats_answered(same, req.tools, answered) and repeats_answered(
+        '{"arguments": {"city": "Oslo"}, "name": "get_weather"}', req.tools, answered
     )
-    assert not repeats_answered(same.replace("Oslo", "Lima"), job)  # another city: a new call
-    assert not repeats_answered("It is 12 degrees in Oslo.", job)
+    assert not repeats_answered(same.replace("Oslo", "Lima"), req.tools, answered)  # another city: a new call
+    assert not repeats_answered("It is 12 degrees in Oslo.", req.tools, answered)
 
 
 def test_content_streams_up_to_a_calls_tag():

@@ -32,7 +32,7 @@ from starlette.routing import Route
 from kvgraft.app.core.jobs import Cancelled, Errored, Event, QueueFull, Returned, Started
 from kvgraft.app.core.model_registry import known_for_path
 from kvgraft.app.proof.chat_format import ChatFormatError
-from kvgraft.app.serve import messages_api, openai_shapes, prompt, responses_api
+from kvgraft.app.serve import messages_api, openai_shapes, prompt, responses_api, tools
 from kvgraft.app.serve import openai_api as api
 from kvgraft.app.serve.metrics import Metrics
 from kvgraft.app.serve.openai_api import ApiError, CompletionRequest
@@ -249,34 +249,33 @@ class Server:
     async def count_tokens(self, request: Request) -> Response:
         """Anthropic's `/v1/messages/count_tokens`: the prompt tokens the same `/v1/messages` request
         is answered from (its usage's input_tokens plus cache_read_input_tokens)."""
-        try:
-            self._authorize(request)
-            self._ready()
-            body = await self._body(request)
-            req = messages_api.parse({"max_tokens": 1, **body} if isinstance(body, dict) else body)
-            tokens = (await self._prompt(req))[0]
-        except ApiError as exc:
-            self._answered(request, exc.status, exc.message)
-            return messages_api.error(exc)
-        self._answered(request, 200)
-        return JSONResponse({"input_tokens": len(tokens)})
+        return await self._rendered(request, MESSAGES, {"max_tokens": 1}, lambda t: {"input_tokens": len(t)})
 
     async def apply_template(self, request: Request) -> Response:
         """llama-server's `/apply-template`: the prompt a chat request is answered from, as text, and here
-        its tokens too (to compare renderings token for token; nothing is decoded)."""
+        its tokens too (to compare renderings token for token)."""
+
+        def shape(tokens: list[int]) -> dict:
+            model = self.worker.service.engine.model  # after _ready: the model is loaded
+            text = b"".join(model.token_bytes(t, special=True) for t in tokens).decode("utf-8", errors="replace")
+            return {"prompt": text, "tokens": tokens}
+
+        return await self._rendered(request, CHAT, {"model": "any"}, shape)
+
+    async def _rendered(self, request: Request, surface: Surface, defaults: dict, shape: Callable) -> Response:
+        """The prompt tokens a body of `surface` (its missing fields from `defaults`) is answered from, in
+        `shape`; nothing is decoded."""
         try:
             self._authorize(request)
             self._ready()
             body = await self._body(request)
-            req = CHAT.parse({"model": "any", **body} if isinstance(body, dict) else body)
+            req = surface.parse({**defaults, **body} if isinstance(body, dict) else body)
             tokens = (await self._prompt(req))[0]
         except ApiError as exc:
             self._answered(request, exc.status, exc.message)
-            return error_response(exc)
+            return surface.error(exc)
         self._answered(request, 200)
-        model = self.worker.service.engine.model
-        text = b"".join(model.token_bytes(t, special=True) for t in tokens).decode("utf-8", errors="replace")
-        return JSONResponse({"prompt": text, "tokens": tokens})
+        return JSONResponse(shape(tokens))
 
     async def _job(self, req: CompletionRequest) -> tuple[ServeJob, asyncio.Queue]:
         model = self.worker.service.engine.model
@@ -319,7 +318,7 @@ class Server:
             continues=req.chat
             and (any(m["role"] == "assistant" for m in req.messages) or bool(req.extra.get("store"))),
             tools=spec,
-            answered=prompt.answered_calls(req),
+            answered=tools.answered_calls(req.messages, spec) if req.chat else frozenset(),
         )
         return job, events
 

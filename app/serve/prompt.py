@@ -11,7 +11,6 @@ from kvgraft.app.proof.chat_format import ChatFormat, ChatFormatError, paragraph
 from kvgraft.app.serve import openai_api as api
 from kvgraft.app.serve import tools
 from kvgraft.app.serve.openai_api import CompletionRequest
-from kvgraft.app.serve.worker import call_key
 from kvgraft.engine.constraint import Grammar, GrammarError, styled
 from kvgraft.library.tokens import tokens_sha256
 
@@ -81,16 +80,3 @@ def fits(grammar: Grammar, budget: int) -> None:
         f"(with the context left) allows {budget}: raise max_tokens",
         "max_tokens_too_small",
     )
-
-
-def answered_calls(req: CompletionRequest) -> frozenset:
-    """The calls the conversation holds with a result after them (`call_key`s), where the model chooses
-    freely (tool_choice auto, no response_format): the loop guard's list (app/serve/worker.py)."""
-    spec = req.tools
-    if not req.chat or not spec.active or spec.constrained:
-        return frozenset()
-    out = set()
-    for i, m in enumerate(req.messages):
-        if m.get("tool_calls") and any(later["role"] == "tool" for later in req.messages[i + 1 :]):
-            out.update(call_key(c["name"], c["arguments"]) for c in m["tool_calls"])
-    return frozenset(out)

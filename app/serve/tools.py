@@ -358,3 +358,36 @@ def held_back(text: str) -> int:
     if at < 0:  # a tail that may be the start of a tag waits
         at = len(text) - next((k for k in range(min(len(OPEN) - 1, len(text)), 0, -1) if text.endswith(OPEN[:k])), 0)
     return len(text[:at].rstrip())
+
+
+# -- the loop guard (app/serve/worker.py): an answer that only repeats calls already answered -----
+NO_CALL = r"start: /[^\s{<\[`][\s\S]*/"  # Lark (llguidance): a first character that cannot begin a call
+
+
+def call_key(name: str, arguments) -> str:
+    """A call as the loop guard compares them: its name and its arguments, keys sorted."""
+    return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False)
+
+
+def answered_calls(messages: list[dict], spec: ToolSpec) -> frozenset:
+    """The calls a chat holds with a result after them (`call_key`s), where the model chooses freely
+    (tool_choice auto, no response_format): what an answer may not merely repeat."""
+    if not spec.active or spec.constrained:
+        return frozenset()
+    out = set()
+    for i, m in enumerate(messages):
+        if m.get("tool_calls") and any(later["role"] == "tool" for later in messages[i + 1 :]):
+            out.update(call_key(c["name"], c["arguments"]) for c in m["tool_calls"])
+    return frozenset(out)
+
+
+def repeats_answered(text: str, spec: ToolSpec, answered: frozenset) -> bool:
+    """The answer is calls only, each one of `answered`."""
+    parsed = parse_answer(text, spec)
+    return (
+        bool(parsed.calls)
+        and parsed.content is None
+        and all(
+            call_key(c["function"]["name"], json.loads(c["function"]["arguments"])) in answered for c in parsed.calls
+        )
+    )

@@ -15,7 +15,6 @@ once does not wait for a store and a steady stream of requests does not starve t
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -34,7 +33,6 @@ from kvgraft.engine.sampling import Sampler, SamplingParams, TokenLogprob, token
 from kvgraft.library.errors import LibraryError
 
 log = logging.getLogger(__name__)
-NO_CALL = r"start: /[^\s{<\[`][\s\S]*/"  # Lark (llguidance): a first character that cannot begin a call
 
 IDLE_S = 0.3  # no request for this long: the engine thread stores a captured state
 LONG_PREFILL = 256  # a store (~0.1 s) per this many tokens a request prefilled is a small share of it: at once
@@ -68,7 +66,7 @@ class ServeJob:
     name: str = "request"
     path: str = ""  # the endpoint that asked (for the request's log line)
     tools: object = None  # app.serve.tools.ToolSpec: how the answer is parsed into calls
-    # `call_key`s of the calls the conversation holds with their results (tool_choice auto): an answer
+    # `tools.call_key`s of the calls the conversation holds with their results (tool_choice auto): an answer
     # that only repeats them is decoded again as text (docs/agents.md, "What ends a loop")
     answered: frozenset = frozenset()
 
@@ -245,24 +243,24 @@ def _decode(cache: PromptCache, job: ServeJob) -> dict:
     prompt_n = session.n_past
     room = session.n_ctx - prompt_n
     max_tokens = room if job.max_tokens is None else min(job.max_tokens, room)
-    grammar = job.grammar
     # the guard decodes the prompt's last token again, which moves no bits only on a batch-invariant engine
     guard = bool(job.answered) and session.engine.batch_invariant and prompt_n > 1
-    done = _answer(session, job, max_tokens, grammar, check, guarded=guard)
-    if guard and repeats_answered(done["text"], job):
-        # the answer only repeats calls whose results the conversation holds: answered from them instead
+    done, repeat = _answer(session, job, max_tokens, job.grammar, check, guarded=guard)
+    if repeat:  # the answer only repeats calls whose results the conversation holds: answered from them instead
         log.info("a call already answered was asked again: the reply is decoded as text")
         last = session.tokens[prompt_n - 1]
         session.trim(prompt_n - 1)
         session.decode_one(last)  # the prompt's last logits again, for the second answer
-        done = _answer(session, job, max_tokens, no_call_grammar(session.engine.model), check, guarded=False)
+        grammar = Grammar.lark(session.engine.model, tools.NO_CALL)
+        done, _ = _answer(session, job, max_tokens, grammar, check, guarded=False)
         done["guarded"] = True
     return done
 
 
-def _answer(session, job: ServeJob, max_tokens: int, grammar, check, guarded: bool) -> dict:
-    """Decode one answer, its pieces streamed; while `guarded` and the answer may still be a call, its
-    pieces wait (a repeated call is decoded again, and what was held is dropped)."""
+def _answer(session, job: ServeJob, max_tokens: int, grammar, check, guarded: bool) -> tuple[dict, bool]:
+    """Decode one answer, its pieces streamed, and whether it only repeats answered calls (`guarded`
+    only). While `guarded` and the answer may still be a call, its pieces wait: a repeat's are dropped
+    (the caller decodes it again), any other answer's go out."""
     lps: list[TokenLogprob] = []
     sent = [0]
     held: list | None = [] if guarded else None
@@ -313,30 +311,8 @@ def _answer(session, job: ServeJob, max_tokens: int, grammar, check, guarded: bo
         "tail_logprobs": lps[sent[0] :],
         "constraint": gen.constraint,
     }
-    if held is not None and not repeats_answered(text, job):
+    repeat = guarded and tools.repeats_answered(text, job.tools, job.answered)
+    if held is not None and not repeat:
         for e in held:  # not a repeat after all: what waited goes out
             job.emit(e)
-    return done
-
-
-def call_key(name: str, arguments) -> str:
-    """A call as the loop guard compares them: its name and its arguments, keys sorted."""
-    return json.dumps({"name": name, "arguments": arguments}, sort_keys=True, ensure_ascii=False)
-
-
-def repeats_answered(text: str, job: ServeJob) -> bool:
-    """The answer is calls only, each one the conversation already holds with its result."""
-    parsed = tools.parse_answer(text, job.tools)
-    return (
-        bool(parsed.calls)
-        and parsed.content is None
-        and all(
-            call_key(c["function"]["name"], json.loads(c["function"]["arguments"])) in job.answered
-            for c in parsed.calls
-        )
-    )
-
-
-def no_call_grammar(model):
-    """Text that does not begin as a call (the tags, a JSON object or list, a code fence)."""
-    return Grammar.lark(model, NO_CALL)
+    return done, repeat
