@@ -70,6 +70,7 @@ golden: setup
 # (runtime CPU dispatch, built once into build/portable-wheel: about 18 min on 2 cores); .venv is untouched.
 BUNDLE_VENV := build/bundle-venv
 BUNDLE_PY   := $(BUNDLE_VENV)/bin/python
+BUNDLE_LIB   = $(shell $(BUNDLE_PY) -c "import llama_cpp, pathlib; print(pathlib.Path(llama_cpp.__file__).parent / 'lib')")
 VERSION      = $(shell $(PY) -c "from kvgraft.app import __version__; print(__version__)")
 bundle: setup
 	$(PY) packaging/portable_llama.py --wheel-dir build/portable-wheel
@@ -80,6 +81,7 @@ bundle: setup
 	$(BUNDLE_PY) -m pip install -q '.[bundle]'  # kvgraft as a plain package; the portable llama-cpp-python stays
 	$(BUNDLE_VENV)/bin/pyinstaller --noconfirm --clean --log-level WARN --distpath dist --workpath build/pyinstaller packaging/pyinstaller/kvgraft.spec
 	packaging/smoke_test.sh dist/kvgraft/kvgraft
+	$(PY) scripts/op_trace.py --no-engine --require-invariant --variants $(BUNDLE_LIB)  # the probe on every variant this CPU runs
 	packaging/make_release.sh dist $(VERSION)
 	$(PY) packaging/bundle_size.py dist/kvgraft
 

@@ -73,7 +73,10 @@ def ensure_backend() -> None:
 
 
 def lib_dir() -> Path:
-    """llama-cpp-python's shared libraries (llama_cpp/lib, in the bundle too)."""
+    """llama-cpp-python's shared libraries: llama_cpp/lib (in the bundle too), or the folder
+    LLAMA_CPP_LIB_PATH names, where llama_cpp then loaded them from (the measuring scripts' other builds)."""
+    if os.environ.get("LLAMA_CPP_LIB_PATH"):
+        return Path(os.environ["LLAMA_CPP_LIB_PATH"]).resolve()
     return Path(llama.__file__).resolve().parent / "lib"
 
 

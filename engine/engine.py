@@ -71,9 +71,9 @@ class Engine:
             raise ConfigError("model path or GPU layers changed: load a new Engine")
         return Engine(self.model, config, self.probe_cache)
 
-    def session(self) -> Session:
+    def session(self, eval_callback=None) -> Session:
         """A fresh, empty context. The calling thread owns it (see engine/session.py)."""
-        return Session(self)
+        return Session(self, eval_callback)
 
     # -- what decides the bits -----------------------------------------------------------------
     @property

@@ -87,7 +87,9 @@ class GraftResult:
 
 
 class Session:
-    def __init__(self, engine) -> None:
+    def __init__(self, engine, eval_callback=None) -> None:
+        """`eval_callback`: llama.cpp's per-op callback (a ggml_backend_sched_eval_callback), for
+        engine/op_trace.py; the caller keeps it alive while the session is open."""
         self._owner = threading.get_ident()
         self._owner_thread = threading.current_thread()
         self.engine = engine
@@ -105,6 +107,8 @@ class Session:
         params.type_v = engine.kv_type_ids[1]
         params.swa_full = cfg.swa_full
         params.no_perf = True
+        if eval_callback is not None:
+            params.cb_eval = eval_callback
         ctx = llama.llama_init_from_model(model.ptr, params)
         if not ctx:
             raise EngineError(f"llama.cpp could not create a context (n_ctx={cfg.n_ctx})")

@@ -1,6 +1,6 @@
 """A tool-using agent loop against kvgraft serve and llama-server, side by side in one run.
 
-    python scripts/bench_agent.py --llama-server PATH [--model qwen2.5-coder-1.5b] [--steps 10]
+    python scripts/bench_agent.py --llama-server PATH [--model qwen2.5-coder-1.5b] [--steps 10] [--stock]
 
 Both servers run the same GGUF, context, batch and threads (llama-server with `--jinja`, so both render
 the model's own chat template with its tools section). The agent: a system prompt and 5 tool schemas
@@ -26,8 +26,11 @@ import httpx
 import jsonschema
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from scripts.bench_invariance import build_overrides  # noqa: E402
 from scripts.bench_serve import LlamaServer  # noqa: E402
 from tests.serve_fixture import ServerProcess  # noqa: E402
+
+STOCK_LIB = Path(__file__).resolve().parent.parent / "build/llama-default/lib"
 
 CITIES = ["Oslo", "Lima", "Pune", "Cork", "Kobe", "Bonn", "Riga", "Nice", "Bern", "Faro", "Ghent", "Turku"]
 
@@ -151,18 +154,33 @@ def main() -> int:
     ap.add_argument("--model", default="qwen2.5-coder-1.5b")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--stock",
+        nargs="?",
+        type=Path,
+        const=STOCK_LIB,
+        default=None,
+        help="also run kvgraft serve on llama.cpp as shipped (python packaging/llama_build.py --stock)",
+    )
     args = ap.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="kvgraft-bench-agent-")) / "home"
-    kv = {"srv": None}
+    if args.stock and not (args.stock / "libllama.so").is_file():
+        ap.error(f"no stock build in {args.stock}: python packaging/llama_build.py --stock")
+    root = Path(tempfile.mkdtemp(prefix="kvgraft-bench-agent-"))
 
-    def kv_start():
-        kv["srv"] = ServerProcess(home, "--model", args.model, "--threads", str(args.threads)).start(timeout=600)
-        return kv["srv"].url
+    def kvgraft(name: str, home: Path, env: dict | None) -> dict:
+        kv = {"srv": None}
 
-    def kv_stop():
-        kv["srv"].stop()
+        def kv_start():
+            kv["srv"] = ServerProcess(home, "--model", args.model, "--threads", str(args.threads), env=env)
+            kv["srv"].start(timeout=600)
+            return kv["srv"].url
 
-    results = [run("kvgraft serve", kv_start, kv_stop, args.steps)]
+        return run(name, kv_start, lambda: kv["srv"].stop(), args.steps)
+
+    results = [kvgraft("kvgraft serve", root / "home", None)]
+    if args.stock:  # its own home: the stock build's states are another engine's
+        stock_env = build_overrides("default", args.stock)
+        results.append(kvgraft("kvgraft serve (stock build)", root / "home-stock", stock_env))
     from kvgraft.app.core.runtime import Settings, resolve_model_path
 
     path = resolve_model_path(Settings(model=args.model))
@@ -176,7 +194,7 @@ def main() -> int:
         ls["srv"].stop()
 
     results.append(run("llama-server", ls_start, ls_stop, args.steps))
-    k, s = results
+    k, s = results[0], results[-1]
     print(
         "| server | prompt time per step (median) | first step | wall per step (median) | total wall | cached tokens "
         "| calls that parsed and validated | after restart: prompt time | wall | cached |"
@@ -195,6 +213,14 @@ def main() -> int:
         f"{s['wall'] / k['wall']:.2f}x, after the restart: prompt time {restart:.1f}x, "
         f"wall {s['restart_wall'] / k['restart_wall']:.1f}x"
     )
+    if args.stock:
+        st = results[1]
+        print(
+            f"ratios (kvgraft on the stock build / on its exact kernels): prompt time per step "
+            f"{st['prompt_ms'] / k['prompt_ms']:.2f}x, wall per step {st['wall'] / k['wall']:.2f}x, total wall "
+            f"{st['total'] / k['total']:.2f}x, after the restart: prompt time "
+            f"{st['restart_prompt_ms'] / k['restart_prompt_ms']:.2f}x"
+        )
     return 0
 
 

@@ -6,6 +6,8 @@
                                                   # the stock build, the engine's mode and the one before it
     .venv/bin/python scripts/bench_invariance.py --models 270m --prompt 1700 --turn 19 --reply 1
                                                   # a warm server turn: what part of its time is the build's
+    .venv/bin/python scripts/bench_invariance.py --builds default tiled-small --flash-attn [--kv q8_0]
+                                                  # flash attention (one_chunk for every call in the modes)
 
 Builds compared, each in its own process (llama.cpp reads its switches once per process):
   default      llama-cpp-python 0.3.36 unpatched, as PyPI builds it (`python packaging/llama_build.py
@@ -38,19 +40,33 @@ BUILDS = ("default", *[m for m in MODES if m != "upstream"])
 PROMPT, TURN, REPLY = 512, 40, 64
 
 
-def build_env(build: str, default_lib: Path) -> dict:
-    """The environment of a child measuring `build`: llama.cpp as shipped (the stock libraries, its own
-    switches), or kvgraft's build in one of its invariant modes."""
-    env = {k: v for k, v in os.environ.items() if k not in (*VARIABLES, SWITCH, "LLAMA_CPP_LIB_PATH")}
+def build_overrides(build: str, default_lib: Path) -> dict:
+    """What a child measuring `build` changes in its environment (None: unset): llama.cpp as shipped
+    (the stock libraries, its own switches), or kvgraft's build in one of its invariant modes."""
+    env: dict = {k: None for k in (*VARIABLES, "LLAMA_CPP_LIB_PATH")}
     if build == "default":
-        env["LLAMA_CPP_LIB_PATH"] = str(default_lib)
+        env["LLAMA_CPP_LIB_PATH"] = str(default_lib.resolve())
         env[SWITCH] = "0"
     else:
         env[SWITCH] = build
     return env
 
 
-def measure(model: str, threads: int, prompt: int = PROMPT, turn: int = TURN, reply: int = REPLY) -> dict:
+def build_env(build: str, default_lib: Path) -> dict:
+    """The whole environment of a child measuring `build` (build_overrides applied to this one's)."""
+    env = {**os.environ, **build_overrides(build, default_lib)}
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def measure(
+    model: str,
+    threads: int,
+    prompt: int = PROMPT,
+    turn: int = TURN,
+    reply: int = REPLY,
+    fa: bool = False,
+    kv: str = "f16",
+) -> dict:
     """One process: seconds for the prompt, the reply after it, the warm turn and the reply after it."""
     from kvgraft.app.core.model_registry import known
     from kvgraft.app.core.model_store import embedded_model_path, model_sha256
@@ -61,7 +77,7 @@ def measure(model: str, threads: int, prompt: int = PROMPT, turn: int = TURN, re
 
     path = embedded_model_path() if model == "270m" else model_dir() / known(model).file_name
     n_ctx = max(1024, -(-(prompt + turn + reply) // 256) * 256)
-    cfg = EngineConfig(model_path=path, n_ctx=n_ctx, n_threads=threads, lookup=0)
+    cfg = EngineConfig(model_path=path, n_ctx=n_ctx, n_threads=threads, lookup=0, flash_attn=fa, type_k=kv, type_v=kv)
     engine = Engine.load(cfg, model_sha256(path))
     try:
         toks = prefix_tokens(engine.model, prompt + turn, seed=3)
@@ -120,11 +136,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt", type=int, default=PROMPT, help="tokens of the cold prompt (one prefill)")
     ap.add_argument("--turn", type=int, default=TURN, help="new tokens of the warm turn, after the prompt")
     ap.add_argument("--reply", type=int, default=REPLY, help="tokens decoded after each")
+    ap.add_argument("--flash-attn", action="store_true", help="flash attention on (off: the engine's default)")
+    ap.add_argument(
+        "--kv", choices=("f16", "q8_0"), default="f16", help="the KV cache's type (q8_0 needs --flash-attn)"
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    sizes = ["--prompt", str(args.prompt), "--turn", str(args.turn), "--reply", str(args.reply)]
+    if args.kv != "f16" and not args.flash_attn:
+        ap.error("a q8_0 KV cache needs --flash-attn")
+    sizes = ["--prompt", str(args.prompt), "--turn", str(args.turn), "--reply", str(args.reply), "--kv", args.kv]
+    sizes += ["--flash-attn"] if args.flash_attn else []
     if args.child:
-        print(json.dumps(measure(args.child, args.threads, args.prompt, args.turn, args.reply)))
+        print(
+            json.dumps(measure(args.child, args.threads, args.prompt, args.turn, args.reply, args.flash_attn, args.kv))
+        )
         return 0
     builds = [b for b in BUILDS if b in args.builds]
     if not (args.default_lib / "libllama.so").is_file() and "default" in builds:
@@ -144,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {r + 1}/{args.rounds} {model} {build}: done", file=sys.stderr, flush=True)
     print(
         f"{args.threads} threads, {args.rounds} rounds, medians; {os.uname().machine}; prompt {args.prompt}, "
-        f"turn {args.turn}, reply {args.reply} tokens"
+        f"turn {args.turn}, reply {args.reply} tokens; flash attention {'on' if args.flash_attn else 'off'}, "
+        f"KV {args.kv}"
     )
     print(table(results, args.prompt, args.reply))
     if args.json:

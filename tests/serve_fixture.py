@@ -34,6 +34,7 @@ class ServerProcess:
 
     def start(self, timeout: float = 180) -> "ServerProcess":
         env = {**os.environ, "KVGRAFT_HOME": str(self.home), **self.extra_env}
+        env = {k: v for k, v in env.items() if v is not None}  # None in `env`: unset that variable
         cmd = [sys.executable, "-m", "kvgraft", "serve", "--port", str(self.port), *self.args]
         self._log = open(self.log, "a")  # noqa: SIM115 (closed in stop)
         self.proc = guarded_popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT)  # dies with the tests
