@@ -68,6 +68,7 @@ def ensure_backend() -> None:
             return
         llama.llama_log_set(_log_callback, ctypes.c_void_p(0))
         _cpu.load_dispatched(lib_dir())  # a portable build: register the best CPU variant (no-op when built in)
+        _switches.for_variant(os.environ, SWITCH_MODE, _cpu.loaded_variant())
         llama.llama_backend_init()
         _started = True
 

@@ -95,6 +95,11 @@ def load_dispatched(lib_dir: Path) -> None:
         )
 
 
+def loaded_variant() -> str | None:
+    """The name of the CPU variant this process mapped (None: built in, or not visible)."""
+    return next((v for v in map(variant_name, _mapped_libraries()) if v), None)
+
+
 def _mapped_libraries() -> list[str]:
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as fh:

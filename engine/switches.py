@@ -38,6 +38,20 @@ MODES = {
 MODE = "tiled-small"  # chosen by measurement: docs/exact-graft.md, "What it costs"
 
 
+# CPU variants of the portable build (AVX without AVX2) where tinyBLAS and ggml's per-row dot products sum
+# Q8_0 and F16 products in other orders, so `tiled-small`'s sgemm settings leave a row-count switch open
+# (scripts/op_trace.py --variants: MUL_MAT q8_0 and f16 are where the bits part). There the mode sends
+# every n to the per-row dot products instead (GGML_CPU_SGEMM=off); the probe checks it as everywhere.
+SGEMM_OFF_VARIANTS = frozenset({"sandybridge", "ivybridge", "piledriver"})
+
+
+def for_variant(environ, mode: str, variant: str | None) -> None:
+    """Adjust `mode`'s variables to the CPU variant ggml loaded (a portable build), before the first
+    decode: llama.cpp reads GGML_CPU_SGEMM at its first sgemm call, not when the library loads."""
+    if mode == "tiled-small" and variant in SGEMM_OFF_VARIANTS:
+        environ["GGML_CPU_SGEMM"] = "off"
+
+
 def mode_from(environ) -> str:
     """The mode a process asks for through KVGRAFT_BATCH_INVARIANT (unknown names: the default)."""
     value = environ.get(SWITCH, "")

@@ -235,3 +235,18 @@ def test_the_switch_sets_exactly_one_modes_variables():
         want = {"GGML_CPU_TILED_MM_FORCE": "1"} if mode == "upstream" else switches.MODES[mode]
         assert {k: v for k, v in env.items() if k in switches.VARIABLES} == want
     assert switches.mode_from({switches.SWITCH: "no-such-mode"}) == switches.MODE
+
+
+def test_on_an_avx_variant_the_mode_sends_every_product_to_the_per_row_dots():
+    """engine/switches.py for_variant: measured (scripts/op_trace.py --variants), the portable build's
+    AVX-without-AVX2 variants part Q8_0 and F16 bits between tinyBLAS and the per-row dot products."""
+    from kvgraft.engine import switches
+
+    for variant in ("sandybridge", "ivybridge", "piledriver"):
+        env = dict(switches.MODES["tiled-small"])
+        switches.for_variant(env, "tiled-small", variant)
+        assert env["GGML_CPU_SGEMM"] == "off" and env["GGML_CPU_TILED_SMALL"] == "1"
+    for variant, mode in (("haswell", "tiled-small"), (None, "tiled-small"), ("sandybridge", "upstream")):
+        env = dict(switches.MODES[mode])
+        switches.for_variant(env, mode, variant)
+        assert env == switches.MODES[mode], (variant, mode)
