@@ -18,6 +18,7 @@ SHA-256 covers what they write. Views (VIEW, RESHAPE, PERMUTE, TRANSPOSE) comput
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
@@ -50,8 +51,14 @@ class _Tensor(ctypes.Structure):  # struct ggml_tensor (ggml.h, llama-cpp-python
     ]
 
 
+@functools.cache
+def _ggml() -> "_Ggml":
+    return _Ggml()
+
+
 class _Ggml:
-    """The few ggml-base functions the trace reads names and sizes with (the library already loaded)."""
+    """The few ggml-base functions the trace reads names and sizes with (the library already loaded;
+    one per process: `_ggml()`)."""
 
     def __init__(self) -> None:
         lib = ctypes.CDLL(str(lib_dir() / "libggml-base.so"))
@@ -86,7 +93,7 @@ class OpRows:
 
 class _Recorder:
     def __init__(self, token_dims: dict[str, int | None] | None) -> None:
-        self.g = _Ggml()
+        self.g = _ggml()
         self.token_dims = token_dims  # None: learning them (the probe call)
         self.learned: dict[str, int | None] = {}
         self.ops: dict[str, OpRows] = {}
@@ -216,42 +223,27 @@ class OpVerdict:
 def compare(a: dict[str, OpRows], b: dict[str, OpRows]) -> list[OpVerdict]:
     """Op by op, where two traces of the same tokens agree, grouped by op label (op and weight type),
     in the order the labels first occur in the graph."""
-    by_label: dict[str, list] = {}
+    totals: dict[str, dict] = {}
     for key, ra in a.items():
+        t = totals.setdefault(ra.label, {"nodes": 0, "compared": 0, "equal": 0, "origins": 0, "first": None})
+        t["nodes"] += 1
         rb = b.get(key)
         if rb is None or ra.shape is None or ra.shape != rb.shape:
-            by_label.setdefault(ra.label, []).append((key, 0, 0, 0, None))
             continue
-        compared = equal = origins = 0
-        first = None
         for pos, da in ra.rows.items():
             db = rb.rows.get(pos)
             if db is None:
                 continue
-            compared += 1
+            t["compared"] += 1
             if da == db:
-                equal += 1
+                t["equal"] += 1
                 continue
-            first = first or (key, pos)
-            same_inputs = all(
-                a[s].rows.get(pos) == b.get(s, a[s]).rows.get(pos) for s in ra.sources if s in a and a[s].shape
+            t["first"] = t["first"] or (key, pos)
+            # an origin: every computed input with a token dimension is equal at this token
+            t["origins"] += all(
+                a[s].rows.get(pos) == b[s].rows.get(pos) for s in ra.sources if s in a and s in b and a[s].shape
             )
-            origins += same_inputs
-        by_label.setdefault(ra.label, []).append((key, compared, equal, origins, first))
-    out = []
-    for label, items in by_label.items():
-        firsts = [f for *_, f in items if f]
-        out.append(
-            OpVerdict(
-                label,
-                len(items),
-                sum(c for _, c, *_ in items),
-                sum(e for _, _, e, *_ in items),
-                sum(o for *_, o, _ in items),
-                firsts[0] if firsts else None,
-            )
-        )
-    return out
+    return [OpVerdict(label, **t) for label, t in totals.items()]
 
 
 def to_json(ops: dict[str, OpRows]) -> dict:

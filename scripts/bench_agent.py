@@ -26,11 +26,9 @@ import httpx
 import jsonschema
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts.bench_invariance import build_overrides  # noqa: E402
+from scripts.bench_invariance import add_stock_option, build_overrides, check_stock_option  # noqa: E402
 from scripts.bench_serve import LlamaServer  # noqa: E402
 from tests.serve_fixture import ServerProcess  # noqa: E402
-
-STOCK_LIB = Path(__file__).resolve().parent.parent / "build/llama-default/lib"
 
 CITIES = ["Oslo", "Lima", "Pune", "Cork", "Kobe", "Bonn", "Riga", "Nice", "Bern", "Faro", "Ghent", "Turku"]
 
@@ -154,17 +152,9 @@ def main() -> int:
     ap.add_argument("--model", default="qwen2.5-coder-1.5b")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument(
-        "--stock",
-        nargs="?",
-        type=Path,
-        const=STOCK_LIB,
-        default=None,
-        help="also run kvgraft serve on llama.cpp as shipped (python packaging/llama_build.py --stock)",
-    )
+    add_stock_option(ap)
     args = ap.parse_args()
-    if args.stock and not (args.stock / "libllama.so").is_file():
-        ap.error(f"no stock build in {args.stock}: python packaging/llama_build.py --stock")
+    check_stock_option(ap, args.stock)
     root = Path(tempfile.mkdtemp(prefix="kvgraft-bench-agent-"))
 
     def kvgraft(name: str, home: Path, env: dict | None) -> dict:

@@ -40,6 +40,27 @@ BUILDS = ("default", *[m for m in MODES if m != "upstream"])
 PROMPT, TURN, REPLY = 512, 40, 64
 
 
+STOCK_LIB = REPO / "build/llama-default/lib"  # python packaging/llama_build.py --stock
+
+
+def add_stock_option(ap: argparse.ArgumentParser) -> None:
+    """The servers' benchmarks' --stock: kvgraft serve again, on llama.cpp as shipped."""
+    ap.add_argument(
+        "--stock",
+        nargs="?",
+        type=Path,
+        const=STOCK_LIB,
+        default=None,
+        help=f"also run kvgraft serve on llama.cpp as shipped (its libraries; default {STOCK_LIB.relative_to(REPO)}, "
+        "from python packaging/llama_build.py --stock): what the exact kernels cost the server",
+    )
+
+
+def check_stock_option(ap: argparse.ArgumentParser, stock: Path | None) -> None:
+    if stock and not (stock / "libllama.so").is_file():
+        ap.error(f"no stock build in {stock}: python packaging/llama_build.py --stock")
+
+
 def build_overrides(build: str, default_lib: Path) -> dict:
     """What a child measuring `build` changes in its environment (None: unset): llama.cpp as shipped
     (the stock libraries, its own switches), or kvgraft's build in one of its invariant modes."""
@@ -130,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", nargs="+", default=["270m", "qwen2.5-coder-1.5b"])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
-    ap.add_argument("--default-lib", type=Path, default=REPO / "build/llama-default/lib")
+    ap.add_argument("--default-lib", type=Path, default=STOCK_LIB)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--builds", nargs="+", choices=BUILDS, default=list(BUILDS), help="the builds to compare")
     ap.add_argument("--prompt", type=int, default=PROMPT, help="tokens of the cold prompt (one prefill)")

