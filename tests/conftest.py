@@ -114,6 +114,26 @@ def engine_fa(engine):
     return engine.with_config(engine.config.replace(flash_attn=True))
 
 
+@pytest.fixture
+def drafting_engine(engine):
+    """The session's engine with drafts that wall time never turns off: prompt-lookup decoding weighs each
+    verify call's time against a one-token call's (engine/lookup_decode.py, DraftStats; tested in
+    tests/test_lookup.py), and on a loaded machine a slow call would decide where these tests' drafts
+    stop. Here a one-token call is taken to cost a minute and nothing learnt is kept."""
+    from kvgraft.engine.lookup_decode import DraftStats
+
+    class DraftsAlways(DraftStats):
+        def note_call(self, seconds: float) -> None:
+            pass
+
+        def note_generation(self, saved: float) -> None:
+            pass
+
+    eng = engine.with_config(engine.config.replace(lookup=8))
+    eng.draft_stats = DraftsAlways(decode_cost=60.0)
+    return eng
+
+
 @pytest.fixture(scope="session")
 def probe(engine):
     return engine.model.tokenize(" Question: which word came up most often above? Answer:", add_bos=False)

@@ -342,11 +342,12 @@ def test_regenerate_takes_back_the_last_turn_and_answers_again(chatml_engine, tm
         _close(service, lib)
 
 
-def test_a_reply_decoded_with_prompt_lookup_is_checked_and_resumed_exactly(engine, tmp_path):
+def test_a_reply_decoded_with_prompt_lookup_is_checked_and_resumed_exactly(drafting_engine, tmp_path):
     """A reply that copies the notes is decoded in verify calls (several tokens per call); the turn records
     them where the batching decides the bits, "Check this turn" recomputes the turn (logits and state), and the
     next turn resumes on it exactly."""
-    chats, service, lib = _chats(engine.with_config(engine.config.replace(lookup=8)), tmp_path)
+    engine = drafting_engine
+    chats, service, lib = _chats(engine, tmp_path)
     try:
         t = chats.new_thread(system=NOTES)
         a = chats.say(t.id, "Repeat the notes word for word.", max_tokens=32)

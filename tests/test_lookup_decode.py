@@ -20,10 +20,10 @@ CONTEXT = (
 
 
 @pytest.fixture
-def engine(engine):
-    """The session's engine with draft statistics of its own (Engine.draft_stats): whether drafts paid in
-    earlier tests does not decide whether these draft."""
-    return engine.with_config(engine.config)
+def engine(drafting_engine):
+    """The session's engine with draft statistics of its own that wall time never turns off (conftest): where
+    these tests' drafts go is decided by the tokens, not by how loaded the machine is."""
+    return drafting_engine
 
 
 def _state_sha(session) -> str:
